@@ -1,0 +1,5 @@
+import sys
+
+from thinkrl.cli import main
+
+sys.exit(main())

@@ -1,0 +1,157 @@
+"""Assemble a run from its config: device, tokenizer, models, data, roles.
+
+Everything a user can get wrong is checked here, before the first step, so
+the driver (`thinkrl.trainer`) only ever sees a run that can start.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+import yaml
+
+from thinkrl import builtin
+from thinkrl.algos.advantages import get_advantage_estimator
+from thinkrl.config import Config, DerivedSizes, inactive_settings, validate
+from thinkrl.config.loading import config_to_dict
+from thinkrl.data.dataset import Prompt, PromptLoader, load_prompts
+from thinkrl.metrics import MetricsLog
+from thinkrl.models.loading import eos_token_ids, load_causal_lm, load_tokenizer
+from thinkrl.parallel.device import default_dtype, resolve_device
+from thinkrl.rewards.registry import Scorer, get_scorer
+from thinkrl.rollout.base import SamplingParams
+from thinkrl.rollout.native import NativeEngine
+from thinkrl.workers.actor import ActorWorker
+from thinkrl.workers.reference import ReferenceWorker
+
+
+@dataclass
+class Run:
+    cfg: Config
+    sizes: DerivedSizes
+    run_dir: Path
+    tokenizer: object
+    actor: ActorWorker
+    reference: ReferenceWorker | None
+    engine: NativeEngine
+    train_loader: PromptLoader
+    val_prompts: list[Prompt]
+    scorer_for: Callable[[str], Scorer]
+    advantage_fn: Callable
+    sampling: SamplingParams
+    val_sampling: SamplingParams
+    total_steps: int
+    metrics_log: MetricsLog
+
+    @property
+    def on_policy(self) -> bool:
+        """One optimizer step per training step on fresh samples: pi_old is
+        the current policy, so the old log-probs need no extra forward pass."""
+        return self.sizes.optimizer_steps_per_step == 1
+
+
+def check_backend(cfg: Config, sizes: DerivedSizes) -> None:
+    if cfg.trainer.backend == "ray":
+        raise ValueError("trainer.backend=ray is not implemented in this release; "
+                         "use trainer.backend=local (one process, one device)")
+    if sizes.world_size != 1:
+        raise ValueError(
+            f"trainer.n_gpus_per_node={cfg.trainer.n_gpus_per_node} x trainer.nnodes="
+            f"{cfg.trainer.nnodes} asks for {sizes.world_size} devices, but the local backend "
+            "drives one device. Set trainer.n_gpus_per_node=1 trainer.nnodes=1 (multi-device "
+            "training through Ray and FSDP2 comes in a later release).")
+    if cfg.actor_rollout_ref.rollout.name != "native":
+        raise ValueError(f"actor_rollout_ref.rollout.name={cfg.actor_rollout_ref.rollout.name} "
+                         "is not available in this release; use rollout.name=native")
+
+
+def _scorer_lookup(cfg: Config) -> Callable[[str], Scorer]:
+    if cfg.custom_reward_function.path:
+        raise ValueError("custom_reward_function.path is not supported in this release; "
+                         "remove it to use the built-in scorers")
+    return get_scorer
+
+
+def build_run(cfg: Config, *, log=print) -> Run:
+    sizes = validate(cfg)
+    check_backend(cfg, sizes)
+    for note in inactive_settings(cfg):
+        log(f"note: {note}")
+    arr = cfg.actor_rollout_ref
+    device = resolve_device(cfg.trainer.device)
+    torch.manual_seed(cfg.trainer.seed)
+
+    model_path = builtin.resolve_model_path(arr.model.path, log=log)
+    tokenizer = load_tokenizer(arr.model.tokenizer_path or model_path,
+                               trust_remote_code=arr.model.trust_remote_code,
+                               custom_chat_template=arr.model.custom_chat_template)
+    data = cfg.data
+    prompt_args = dict(prompt_key=data.prompt_key, reward_fn_key=data.reward_fn_key,
+                       max_prompt_length=data.max_prompt_length,
+                       filter_overlong=data.filter_overlong_prompts, truncation=data.truncation,
+                       chat_kwargs=data.apply_chat_template_kwargs, log=log)
+    train_prompts = load_prompts(builtin.resolve_data_files(data.train_files, log=log), tokenizer,
+                                 key="data.train_files", **prompt_args)
+    val_prompts = load_prompts(builtin.resolve_data_files(data.val_files, log=log), tokenizer,
+                               key="data.val_files", **prompt_args)
+    scorer_for = _scorer_lookup(cfg)
+    for source in sorted({p.sample.data_source for p in train_prompts + val_prompts}):
+        scorer_for(source)  # an unknown data_source stops the run here, not at step 1
+
+    train_loader = PromptLoader(train_prompts, batch_size=data.train_batch_size,
+                                shuffle=data.shuffle, seed=data.seed,
+                                pad_token_id=tokenizer.pad_token_id)
+    total_steps = cfg.trainer.total_training_steps or (
+        cfg.trainer.total_epochs * train_loader.batches_per_epoch)
+    arr.actor.optim.total_training_steps = total_steps
+
+    model = load_causal_lm(model_path, dtype=default_dtype(device, arr.model.dtype), device=device,
+                           trust_remote_code=arr.model.trust_remote_code,
+                           override_config=arr.model.override_config,
+                           gradient_checkpointing=arr.model.enable_gradient_checkpointing)
+    rollout = arr.rollout
+    actor = ActorWorker(model, arr.actor, total_steps=total_steps,
+                        micro_batch_size=sizes.micro_batch_size_per_device,
+                        log_prob_micro_batch_size=sizes.log_prob_micro_batch_size_per_device,
+                        temperature=rollout.temperature,
+                        max_response_length=sizes.response_length, seed=cfg.trainer.seed)
+    reference = None
+    if arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward:
+        reference = ReferenceWorker.frozen_copy_of(
+            model, micro_batch_size=sizes.ref_log_prob_micro_batch_size_per_device,
+            temperature=rollout.temperature)
+    engine = NativeEngine(model, eos_token_ids=eos_token_ids(tokenizer, model),
+                          pad_token_id=tokenizer.pad_token_id,
+                          seed=cfg.trainer.seed * 1000 + rollout.seed)
+    sampling = SamplingParams(n=rollout.n, max_tokens=sizes.response_length,
+                              temperature=rollout.temperature, top_p=rollout.top_p,
+                              top_k=rollout.top_k, do_sample=rollout.do_sample,
+                              ignore_eos=rollout.ignore_eos)
+    val = rollout.val_kwargs
+    val_sampling = SamplingParams(n=val.n, max_tokens=sizes.response_length,
+                                  temperature=val.temperature, top_p=val.top_p, top_k=val.top_k,
+                                  do_sample=val.do_sample)
+
+    run_dir = Path(cfg.trainer.default_local_dir).expanduser()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with (run_dir / "config.yaml").open("w") as f:
+        yaml.safe_dump(config_to_dict(cfg), f, sort_keys=False)
+    return Run(cfg=cfg, sizes=sizes, run_dir=run_dir, tokenizer=tokenizer, actor=actor,
+               reference=reference, engine=engine, train_loader=train_loader,
+               val_prompts=val_prompts, scorer_for=scorer_for,
+               advantage_fn=get_advantage_estimator(cfg.algorithm.adv_estimator),
+               sampling=sampling, val_sampling=val_sampling, total_steps=total_steps,
+               metrics_log=MetricsLog(run_dir, loggers=cfg.trainer.logger, print_fn=log))
+
+
+def val_batch_size(cfg: Config, n_prompts: int) -> int:
+    """Prompts per validation generate call: data.val_batch_size, else as many
+    as keep rollout.max_num_seqs sequences in flight."""
+    if cfg.data.val_batch_size:
+        return cfg.data.val_batch_size
+    per_prompt = max(1, cfg.actor_rollout_ref.rollout.val_kwargs.n)
+    return max(1, min(n_prompts, math.floor(cfg.actor_rollout_ref.rollout.max_num_seqs / per_prompt)))

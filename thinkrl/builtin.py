@@ -1,0 +1,78 @@
+"""Built-in assets named `builtin:NAME`, made on first use and cached.
+
+- `builtin:arith/train`, `builtin:arith/test`: the arithmetic word-problem
+  set of `thinkrl.data.synthetic`, written as verl-schema parquet files.
+- `builtin:tiny-qwen2`: the tiny pretrained Qwen2 model of
+  `thinkrl.models.tiny`, written as a Hugging Face folder.
+
+Each name resolves to an ordinary path under the cache folder
+(`$THINKRL_CACHE`, default `~/.cache/thinkrl`), so everything after this
+module reads real files with the same code as any user's data and model.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PREFIX = "builtin:"
+ARITH_TRAIN_SIZE = 2000
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("THINKRL_CACHE", "~/.cache/thinkrl")).expanduser()
+
+
+def is_builtin(value: str) -> bool:
+    return isinstance(value, str) and value.startswith(PREFIX)
+
+
+def resolve_data_files(spec: str | list[str], *, log=print) -> str | list[str]:
+    """Replace `builtin:arith/<split>` entries by the parquet file's path."""
+    if isinstance(spec, list):
+        return [resolve_data_files(item, log=log) for item in spec]
+    if not is_builtin(spec):
+        return spec
+    name = spec[len(PREFIX):]
+    if name not in ("arith/train", "arith/test"):
+        raise ValueError(f"unknown built-in data set {spec!r}: use builtin:arith/train or "
+                         "builtin:arith/test, or a parquet path")
+    folder = cache_dir() / "data" / f"arith-{ARITH_TRAIN_SIZE}"
+    if not (folder / "test.parquet").exists():
+        write_arith_parquet(folder, log=log)
+    return str(folder / f"{name.split('/')[1]}.parquet")
+
+
+def write_arith_parquet(folder: Path, *, log=print) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from thinkrl.data import synthetic
+
+    train, test = synthetic.split_problems(train=ARITH_TRAIN_SIZE, test=synthetic.TEST_SIZE,
+                                           seed=synthetic.DATA_SEED)
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, problems in (("train", train), ("test", test)):
+        rows = [synthetic.to_verl_row(p, split=split, index=i) for i, p in enumerate(problems)]
+        tmp = folder / f".{split}.parquet.{os.getpid()}"
+        pq.write_table(pa.Table.from_pylist(rows), tmp)
+        tmp.replace(folder / f"{split}.parquet")  # atomic: never a half-written file
+    log(f"wrote the built-in arithmetic set ({len(train)} train / {len(test)} test) to {folder}")
+
+
+def resolve_model_path(path: str, *, log=print) -> str:
+    """Replace `builtin:tiny-qwen2` by its folder, building it the first time."""
+    if not is_builtin(path):
+        return path
+    from thinkrl.models.tiny import TinyModelSpec, build_tiny_model
+
+    if path != PREFIX + "tiny-qwen2":
+        raise ValueError(f"unknown built-in model {path!r}: use builtin:tiny-qwen2, a local "
+                         "Hugging Face folder or a hub model id")
+    spec = TinyModelSpec()
+    folder = cache_dir() / "models" / f"tiny-qwen2-{spec.cache_key()}"
+    if not (folder / "config.json").exists():
+        build_tiny_model(folder, spec, log=log)
+    else:
+        log(f"using the cached tiny base model {folder}")
+    return str(folder)

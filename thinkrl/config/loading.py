@@ -1,0 +1,435 @@
+"""Build a typed ``Config``: defaults, then a YAML recipe, then overrides.
+
+Overrides use verl's (Hydra's) spelling so that verl launch lines work as-is:
+
+- ``a.b.c=value``   set a known key;
+- ``+a.b.c=value``  also add a new key inside a free-form mapping field
+  (e.g. ``+actor_rollout_ref.rollout.engine_kwargs.vllm.swap_space=4``);
+  on a known key it simply sets it;
+- ``++a.b.c=value`` like ``+``, and a mapping given to a mapping field
+  replaces it instead of being merged into it.
+
+Values are read as YAML (``True``, ``null``, ``4``, ``'x y'``, ``[a,b]``,
+``{a: 1}``) and then converted to the field's annotated type. ``${a.b.c}``
+inside a string refers to another key and is resolved once, after every
+override has been applied.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import functools
+import re
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from thinkrl.config.schema import Config
+
+__all__ = ["config_to_dict", "flatten_keys", "load_config"]
+
+_RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+_INTERPOLATION = re.compile(r"\$\{([^${}]*)\}")
+_NULLS = frozenset({"null", "Null", "NULL", "None", "~"})
+_BOOL_TEXT = {"true": True, "false": False, "1": True, "0": False}
+
+
+def load_config(recipe: str | Path | None = None, overrides: Sequence[str] = ()) -> Config:
+    """Return the run config: defaults < recipe file < overrides (in order).
+
+    ``recipe`` is a YAML file path, or the name of a bundled recipe
+    (``"tiny"`` -> ``thinkrl/recipes/tiny.yaml``). Raises ``ValueError`` for
+    a missing or malformed file, an unknown key, a malformed override or a
+    value of the wrong type. Cross-field checks live in ``checks.validate``.
+    """
+    cfg = Config()
+    if recipe is not None:
+        path = _find_recipe(recipe)
+        _merge_mapping(cfg, "", _read_yaml(path), source=f"recipe {path}")
+    for override in overrides:
+        _apply_override(cfg, override)
+    for key in flatten_keys(cfg):
+        _resolve_key(cfg, key, ())
+    return cfg
+
+
+def config_to_dict(cfg: Any) -> dict[str, Any]:
+    """Nested plain-dict copy of ``cfg`` (for writing the run's config YAML)."""
+    return dataclasses.asdict(cfg)
+
+
+def flatten_keys(cfg: Any) -> list[str]:
+    """Every dotted leaf key of ``cfg`` (a dataclass or its class); mapping fields are leaves."""
+    cls = cfg if isinstance(cfg, type) else type(cfg)
+    keys: list[str] = []
+    for name, tp in _hints(cls).items():
+        if _is_dataclass_type(tp):
+            keys.extend(f"{name}.{sub}" for sub in flatten_keys(tp))
+        else:
+            keys.append(name)
+    return keys
+
+
+# --- reading sources ---------------------------------------------------------
+
+def _find_recipe(recipe: str | Path) -> Path:
+    path = Path(recipe).expanduser()
+    if path.is_file():
+        return path
+    builtin = _RECIPES_DIR / f"{recipe}.yaml"
+    if isinstance(recipe, str) and "/" not in recipe and not path.suffix and builtin.is_file():
+        return builtin
+    names = sorted(p.stem for p in _RECIPES_DIR.glob("*.yaml"))
+    listing = ", ".join(names) if names else "none"
+    raise ValueError(
+        f"recipe file {str(path)!r} does not exist (looked in {Path.cwd()}); give the path "
+        f"of a YAML file, or the name of a bundled recipe (bundled: {listing})."
+    )
+
+
+def _read_yaml(path: Path) -> Mapping[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        raise ValueError(f"recipe file {str(path)!r} is not valid YAML: {err}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"recipe file {str(path)!r} could not be read: {err}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise ValueError(
+            f"recipe file {str(path)!r} must hold a mapping of keys (e.g. 'data:\\n  train_batch_size: 8'), "
+            f"not a {type(data).__name__}."
+        )
+    return data
+
+
+def _apply_override(cfg: Config, override: str) -> None:
+    text = override.strip()
+    mode = "++" if text.startswith("++") else "+" if text.startswith("+") else ""
+    body = text[len(mode) :]
+    key, sep, raw = body.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        if text.startswith("~"):
+            raise ValueError(f"override {override!r}: removing keys ('~key') is not supported; set the key instead.")
+        raise ValueError(
+            f"override {override!r} is malformed: write KEY=VALUE with a dotted key, e.g. "
+            f"data.train_batch_size=8, or +KEY=VALUE to add a key inside a mapping, e.g. "
+            f"+actor_rollout_ref.rollout.engine_kwargs.vllm.swap_space=4."
+        )
+    try:
+        value = yaml.safe_load(raw) if raw else ""
+    except yaml.YAMLError:
+        value = raw  # e.g. an unbalanced bracket: kept as text, rejected by non-string fields
+    _assign(cfg, key, value, raw, add=bool(mode), replace=mode == "++", source=f"override {override!r}")
+
+
+def _merge_mapping(cfg: Config, prefix: str, mapping: Mapping[Any, Any], *, source: str) -> None:
+    """Apply each entry of ``mapping`` (nested or with dotted keys) below ``prefix``."""
+    for sub, value in mapping.items():
+        if not isinstance(sub, str) or not sub:
+            raise ValueError(f"{source}: key {sub!r} under {prefix or 'the top level'!r} must be a non-empty string.")
+        key = f"{prefix}.{sub}" if prefix else sub
+        _assign(cfg, key, value, None, add=True, replace=False, source=source)
+
+
+# --- setting one key -----------------------------------------------------------
+
+def _assign(cfg: Config, key: str, value: Any, raw: str | None, *, add: bool, replace: bool, source: str) -> None:
+    """Set dotted ``key`` on ``cfg``; ``raw`` is the command-line text (None from YAML)."""
+    parts = key.split(".")
+    if not all(parts):
+        raise ValueError(f"{source}: key {key!r} has an empty part; write keys like data.train_batch_size.")
+    node: Any = cfg
+    for i, part in enumerate(parts):
+        path = ".".join(parts[: i + 1])
+        last = i == len(parts) - 1
+        if dataclasses.is_dataclass(node):
+            hints = _hints(type(node))
+            if part not in hints:
+                raise ValueError(f"{source}: unknown config key {key!r}; {_did_you_mean(key)}")
+            tp = hints[part]
+            if _is_dataclass_type(tp):
+                if not last:
+                    node = getattr(node, part)
+                    continue
+                if value is None and raw is None:
+                    return  # an empty section in a recipe file
+                if not isinstance(value, Mapping):
+                    first = flatten_keys(tp)[0]
+                    raise ValueError(
+                        f"{source}: {path} is a section, not a value; set its keys, e.g. {path}.{first}=..."
+                    )
+                _merge_mapping(cfg, path, value, source=source)
+                return
+            if last:
+                _set_field(node, part, tp, value, raw, key=path, replace=replace, source=source)
+                return
+            if not _is_dict_type(tp):
+                raise ValueError(
+                    f"{source}: {path} is a single value ({_type_text(tp)}), so it has no key "
+                    f"{parts[i + 1]!r}; did you mean {path}=...?"
+                )
+            node = getattr(node, part)
+            continue
+        # Inside a free-form mapping field.
+        if part not in node and not add:
+            known = ", ".join(map(str, node)) or "none yet"
+            raise ValueError(
+                f"{source}: {path} does not exist (existing keys under {path.rpartition('.')[0]}: {known}); "
+                f"write +{key}=... to add it."
+            )
+        if last:
+            if isinstance(value, Mapping) and isinstance(node.get(part), dict) and not replace:
+                _deep_merge(node[part], value)
+            else:
+                node[part] = copy.deepcopy(value)
+            return
+        if not isinstance(node.setdefault(part, {}), dict):
+            raise ValueError(f"{source}: {path} holds {node[part]!r}, not a mapping; it has no key {parts[i + 1]!r}.")
+        node = node[part]
+
+
+def _set_field(
+    node: Any, name: str, tp: Any, value: Any, raw: str | None, *, key: str, replace: bool, source: str
+) -> None:
+    if _has_interpolation(value) and isinstance(value, str):
+        setattr(node, name, value)  # typed after ${...} is resolved
+        return
+    if _is_dict_type(tp) and isinstance(value, Mapping) and not replace:
+        _deep_merge(getattr(node, name), value)
+        return
+    example = _field_default(type(node), name)
+    setattr(node, name, _coerce(value, raw, tp, key=key, example=example, source=source))
+
+
+def _deep_merge(target: dict[str, Any], extra: Mapping[str, Any]) -> None:
+    for k, v in extra.items():
+        if isinstance(v, Mapping) and isinstance(target.get(k), dict):
+            _deep_merge(target[k], v)
+        else:
+            target[k] = copy.deepcopy(v)
+
+
+# --- types -------------------------------------------------------------------------
+
+def _coerce(value: Any, raw: str | None, tp: Any, *, key: str, example: Any, source: str) -> Any:
+    """Convert ``value`` (``raw``: its command-line text) to ``tp`` or raise a ValueError."""
+    converted = _convert(value, raw, tp)
+    if converted is _INVALID:
+        shown = raw if raw is not None else _render(value)
+        raise ValueError(
+            f"{source}: {key} expects {_type_text(tp)}, got {shown!r}; e.g. {key}={_render_example(tp, example)}"
+        )
+    return converted
+
+
+_INVALID = object()
+
+
+def _convert(value: Any, raw: str | None, tp: Any) -> Any:
+    """``value`` as type ``tp``, or ``_INVALID``."""
+    if _is_union(tp):
+        args = typing.get_args(tp)
+        if type(None) in args and _is_null(value, raw):
+            return None
+        options = [a for a in args if a is not type(None)]
+        if set(options) == {str, list[str]}:
+            as_list = isinstance(value, list) and not (raw is not None and _is_quoted(raw))
+            return _convert(value, raw, list[str] if as_list else str)
+        (option,) = options
+        return _convert(value, raw, option)
+    origin = typing.get_origin(tp)
+    if tp is bool:
+        if raw is not None:
+            text = raw.strip()[1:-1] if _is_quoted(raw) else raw
+            return _BOOL_TEXT.get(text.strip().lower(), _INVALID)
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        return _BOOL_TEXT.get(value.strip().lower(), _INVALID) if isinstance(value, str) else _INVALID
+    if tp is int:
+        number = _number(value)
+        return int(number) if number is not None and float(number).is_integer() else _INVALID
+    if tp is float:
+        number = _number(value)
+        return float(number) if number is not None else _INVALID
+    if tp is str:
+        if raw is not None:
+            return value if _is_quoted(raw) and isinstance(value, str) else raw
+        if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+            return str(value)
+        return _INVALID
+    if origin is list:
+        (item_tp,) = typing.get_args(tp)
+        items = value if isinstance(value, list) else [value] if item_tp is str else None
+        if items is None:
+            return _INVALID
+        out = [_convert(item, None, item_tp) for item in items]
+        return _INVALID if any(o is _INVALID for o in out) else out
+    if tp is dict or origin is dict:
+        return copy.deepcopy(dict(value)) if isinstance(value, Mapping) else _INVALID
+    raise AssertionError(f"config type {tp!r} has no converter")
+
+
+def _number(value: Any) -> int | float | None:
+    if isinstance(value, str):
+        for parse in (int, float):  # PyYAML reads "1e-6" (no dot) as a string
+            try:
+                return parse(value.strip())
+            except ValueError:
+                pass
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _type_text(tp: Any) -> str:
+    if _is_union(tp):
+        return " or ".join(_type_text(a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return "null"
+    origin = typing.get_origin(tp)
+    if origin is list:
+        return f"a list of {_type_text(typing.get_args(tp)[0]).split(' ', 1)[1]}s"
+    if tp is dict or origin is dict:
+        return "a mapping"
+    return {bool: "a boolean (true/false)", int: "an integer", float: "a number", str: "a string"}[tp]
+
+
+def _render_example(tp: Any, example: Any) -> str:
+    if example is None or _has_interpolation(example):
+        first = ([a for a in typing.get_args(tp) if a is not type(None)] or [tp])[0]
+        fallback = {"key": 1} if _is_dict_type(first) else ["a"]
+        example = {bool: True, int: 4, float: 0.5, str: "value"}.get(first, fallback)
+    return _render(example)
+
+
+def _render(value: Any) -> str:
+    """``value`` as it would be written on the command line."""
+    if isinstance(value, list):
+        return "[" + ",".join(map(_render, value)) + "]"
+    if isinstance(value, dict):
+        return yaml.safe_dump(value, default_flow_style=True, width=10_000).strip()
+    return "null" if value is None else str(value)
+
+
+def _is_union(tp: Any) -> bool:
+    return typing.get_origin(tp) in (typing.Union, types.UnionType)
+
+
+def _is_dict_type(tp: Any) -> bool:
+    return tp is dict or typing.get_origin(tp) is dict
+
+
+def _is_dataclass_type(tp: Any) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+def _is_null(value: Any, raw: str | None) -> bool:
+    if raw is not None and _is_quoted(raw):
+        return False
+    return value is None or (isinstance(value, str) and value.strip() in _NULLS)
+
+
+def _is_quoted(raw: str) -> bool:
+    raw = raw.strip()
+    return len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\""
+
+
+@functools.lru_cache(maxsize=None)
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)  # field name -> annotated type, in field order
+
+
+def _field_default(cls: type, name: str) -> Any:
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    return f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+
+
+# --- unknown keys ------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=1)
+def _known_keys() -> tuple[str, ...]:
+    leaves = flatten_keys(Config)
+    sections = {leaf.rsplit(".", i)[0] for leaf in leaves for i in range(1, leaf.count(".") + 1)}
+    return tuple(leaves) + tuple(sorted(sections))
+
+
+def suggest_keys(key: str, limit: int = 4) -> list[str]:
+    """Known keys closest to ``key``: by the whole dotted key, then by its last part."""
+    known = _known_keys()
+    found = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
+    by_last: dict[str, list[str]] = {}
+    for k in known:
+        by_last.setdefault(k.rsplit(".", 1)[-1], []).append(k)
+    for name in difflib.get_close_matches(key.rsplit(".", 1)[-1], list(by_last), n=3, cutoff=0.7):
+        found.extend(k for k in by_last[name] if k not in found)
+    section = key.split(".", 1)[0]
+    found.sort(key=lambda k: k.split(".", 1)[0] != section)  # same top-level section first
+    return found[:limit]
+
+
+def _did_you_mean(key: str) -> str:
+    close = suggest_keys(key)
+    return f"did you mean {' or '.join(close)}?" if close else "see thinkrl/config/schema.py for every key."
+
+
+# --- ${a.b.c} interpolation --------------------------------------------------------
+
+def _has_interpolation(value: Any) -> bool:
+    if isinstance(value, (list, dict)):
+        return any(map(_has_interpolation, value.values() if isinstance(value, dict) else value))
+    return isinstance(value, str) and "${" in value
+
+
+def _resolve_key(cfg: Config, key: str, stack: tuple[str, ...]) -> Any:
+    """Value of leaf ``key`` with its ``${...}`` resolved (and stored back, typed)."""
+    node: Any = cfg
+    for part in key.split("."):
+        if not dataclasses.is_dataclass(node) or part not in _hints(type(node)):
+            node = _INVALID
+            break
+        owner, node = node, getattr(node, part)
+    if node is _INVALID or dataclasses.is_dataclass(node):
+        where = f" (in {stack[-1]})" if stack else ""
+        raise ValueError(f"${{{key}}}{where} does not name a config value; {_did_you_mean(key)}")
+    name = key.rsplit(".", 1)[-1]
+    if not _has_interpolation(node):
+        return node
+    if key in stack:
+        chain = " -> ".join((*stack[stack.index(key) :], key))
+        raise ValueError(f"config references form a loop: {chain}; make one of them a plain value.")
+    resolved = _interpolate(cfg, node, (*stack, key))
+    tp, example = _hints(type(owner))[name], _field_default(type(owner), name)
+    typed = _coerce(resolved, None, tp, key=key, example=example, source=f"after resolving {node!r}")
+    setattr(owner, name, typed)
+    return typed
+
+
+def _interpolate(cfg: Config, value: Any, stack: tuple[str, ...]) -> Any:
+    if isinstance(value, list):
+        return [_interpolate(cfg, v, stack) for v in value]
+    if isinstance(value, dict):
+        return {k: _interpolate(cfg, v, stack) for k, v in value.items()}
+    if not isinstance(value, str) or "${" not in value:
+        return value
+    for ref in _INTERPOLATION.findall(value):
+        if ":" in ref or not ref.strip():
+            raise ValueError(
+                f"{stack[-1]}: '${{{ref}}}' is not supported; only references to other keys, "
+                f"like ${{trainer.project_name}}, are."
+            )
+    whole = _INTERPOLATION.fullmatch(value)
+    if whole:  # a lone reference keeps the referenced value's type
+        return _resolve_key(cfg, whole.group(1).strip(), stack)
+    text = _INTERPOLATION.sub(lambda m: str(_resolve_key(cfg, m.group(1).strip(), stack)), value)
+    if "${" in text:
+        raise ValueError(f"{stack[-1]}: could not resolve {value!r}; write references as ${{section.key}}.")
+    return text

@@ -1,0 +1,130 @@
+"""Prompts ready for the rollout engine: rendered, tokenised, length-checked,
+served in seeded shuffled batches whose position a checkpoint can restore."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from thinkrl.data.files import read_rows, resolve_files
+from thinkrl.records import PromptBatch, Sample
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    ids: list[int]
+    sample: Sample
+
+
+def render_chat(tokenizer, messages: list[dict], *, chat_kwargs: dict) -> str:
+    """The tokenizer's own chat template, ending with the assistant turn's header."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError(
+            "data.template=chat but the tokenizer has no chat template. Use a tokenizer "
+            "that ships one, or set actor_rollout_ref.model.custom_chat_template.")
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                         **chat_kwargs)
+
+
+def _truncate(ids: list[int], limit: int, side: str) -> list[int]:
+    if side == "left":
+        return ids[-limit:]
+    if side == "right":
+        return ids[:limit]
+    head = limit // 2  # "middle": keep both ends
+    return ids[:head] + ids[len(ids) - (limit - head):]
+
+
+def load_prompts(files: str | list[str], tokenizer, *, key: str, prompt_key: str,
+                 reward_fn_key: str, max_prompt_length: int, filter_overlong: bool,
+                 truncation: str, chat_kwargs: dict, log=print) -> list[Prompt]:
+    """Read, render and tokenise every row of `files` (the value of config `key`)."""
+    prompts: list[Prompt] = []
+    too_long: list[tuple[int, Path, int]] = []
+    for path in resolve_files(files, key=key):
+        for index, row in enumerate(read_rows(path, prompt_key=prompt_key,
+                                              reward_fn_key=reward_fn_key)):
+            text = render_chat(tokenizer, row[prompt_key], chat_kwargs=chat_kwargs)
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            if len(ids) > max_prompt_length:
+                too_long.append((len(ids), path, index))
+                if filter_overlong:
+                    continue
+                if truncation != "error":
+                    ids = _truncate(ids, max_prompt_length, truncation)
+            sample = Sample(data_source=row[reward_fn_key],
+                            ground_truth=str(row["reward_model"]["ground_truth"]),
+                            prompt_text=text, extra_info=dict(row.get("extra_info") or {}),
+                            index=index)
+            prompts.append(Prompt(ids=ids, sample=sample))
+    if too_long and not filter_overlong and truncation == "error":
+        longest, path, index = max(too_long)
+        raise ValueError(
+            f"{key}: {len(too_long)} prompt(s) are longer than data.max_prompt_length="
+            f"{max_prompt_length} tokens after the template; the longest has {longest} tokens "
+            f"({path}, row {index}). Raise data.max_prompt_length, set "
+            "data.filter_overlong_prompts=True to drop them, or data.truncation=left|right|middle.")
+    if too_long:
+        action = "dropped" if filter_overlong else f"truncated ({truncation})"
+        log(f"{key}: {len(too_long)} prompt(s) over {max_prompt_length} tokens {action}")
+    if not prompts:
+        raise ValueError(f"{key}: no prompt is left after filtering; raise data.max_prompt_length")
+    return prompts
+
+
+def collate(prompts: list[Prompt], *, pad_token_id: int) -> PromptBatch:
+    """Left-pad to the longest prompt of the batch."""
+    width = max(len(p.ids) for p in prompts)
+    input_ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, p in enumerate(prompts):
+        input_ids[row, width - len(p.ids):] = torch.tensor(p.ids, dtype=torch.long)
+        mask[row, width - len(p.ids):] = 1
+    return PromptBatch(input_ids=input_ids, attention_mask=mask, samples=[p.sample for p in prompts])
+
+
+class PromptLoader:
+    """Batches of `batch_size` prompts; each epoch a new seeded permutation.
+    An incomplete last batch is dropped (as verl does) so every step is full."""
+
+    def __init__(self, prompts: list[Prompt], *, batch_size: int, shuffle: bool, seed: int,
+                 pad_token_id: int) -> None:
+        if len(prompts) < batch_size:
+            raise ValueError(f"the training set has {len(prompts)} prompts, fewer than "
+                             f"data.train_batch_size={batch_size}; lower data.train_batch_size")
+        self.prompts, self.batch_size, self.shuffle, self.seed = prompts, batch_size, shuffle, seed
+        self.pad_token_id = pad_token_id
+        self.epoch, self.position = 0, 0
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return len(self.prompts) // self.batch_size
+
+    def _order(self) -> list[int]:
+        if not self.shuffle:
+            return list(range(len(self.prompts)))
+        gen = torch.Generator().manual_seed(self.seed + self.epoch)
+        return torch.randperm(len(self.prompts), generator=gen).tolist()
+
+    def next_batch(self) -> PromptBatch:
+        if self.position >= self.batches_per_epoch:
+            self.epoch, self.position = self.epoch + 1, 0
+        order = self._order()
+        start = self.position * self.batch_size
+        self.position += 1
+        return collate([self.prompts[i] for i in order[start:start + self.batch_size]],
+                       pad_token_id=self.pad_token_id)
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+
+
+def batches(prompts: list[Prompt], *, batch_size: int, pad_token_id: int):
+    """Every prompt once, in order (validation)."""
+    for start in range(0, len(prompts), batch_size):
+        yield collate(prompts[start:start + batch_size], pad_token_id=pad_token_id)

@@ -1,0 +1,98 @@
+"""Finding and reading RL data files in verl's parquet schema.
+
+A row needs: the prompt column (`data.prompt_key`, a list of chat messages
+`{"role", "content"}`), the reward column (`data.reward_fn_key`, usually
+`data_source`) and `reward_model.ground_truth`. `extra_info` is optional.
+Every problem is reported with the file, the row and the column.
+"""
+
+from __future__ import annotations
+
+import difflib
+import glob
+import os
+from pathlib import Path
+
+SUFFIXES = (".parquet",)
+
+
+def resolve_files(spec: str | list[str], *, key: str) -> list[Path]:
+    """A file, a directory (its *.parquet files), a glob, or a list of those."""
+    specs = [spec] if isinstance(spec, str) else list(spec)
+    if not specs:
+        raise ValueError(f"{key} is empty: give a parquet file, a directory or a glob")
+    found: list[Path] = []
+    for item in specs:
+        path = Path(os.path.expanduser(str(item)))
+        if any(ch in str(item) for ch in "*?["):
+            matches = sorted(Path(p) for p in glob.glob(str(path), recursive=True))
+            if not matches:
+                raise ValueError(f"{key}: the pattern {item!r} matches no file.{_nearest(path)}")
+            found.extend(matches)
+        elif path.is_dir():
+            matches = sorted(p for p in path.iterdir() if p.suffix in SUFFIXES)
+            if not matches:
+                raise ValueError(f"{key}: the directory {path} holds no .parquet file. "
+                                 f"Point {key} at the files written by your preprocessing.")
+            found.extend(matches)
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise ValueError(f"{key}: no such file {path}.{_nearest(path)}")
+    return found
+
+
+def _nearest(path: Path) -> str:
+    """' Nearest existing files: ...' from the deepest folder that exists."""
+    folder = path.parent
+    while not folder.is_dir() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        return ""
+    names = sorted(p.name for p in folder.iterdir())
+    close = difflib.get_close_matches(path.name, names, n=5, cutoff=0.3) or names[:5]
+    if not close:
+        return f" The folder {folder} is empty."
+    return f" Nearest existing files in {folder}: {', '.join(close)}."
+
+
+def read_rows(path: Path, *, prompt_key: str, reward_fn_key: str) -> list[dict]:
+    """All rows of one parquet file, checked for the columns the run needs."""
+    import pyarrow.parquet as pq
+
+    if path.suffix not in SUFFIXES:
+        raise ValueError(f"{path}: thinkrl reads parquet files in verl's schema; convert it "
+                         "first (a later release's `thinkrl prep` does it for jsonl sets)")
+    try:
+        table = pq.read_table(path)
+    except Exception as err:  # pyarrow raises several types for a damaged file
+        raise ValueError(f"{path} is not a readable parquet file ({err}). "
+                         "Re-create it with your preprocessing script.") from None
+    missing = [c for c in (prompt_key, reward_fn_key, "reward_model") if c not in table.column_names]
+    if missing:
+        raise ValueError(f"{path} lacks the column(s) {missing}; it has {table.column_names}. "
+                         "verl's schema needs the prompt (data.prompt_key), data_source "
+                         "(data.reward_fn_key) and reward_model.ground_truth.")
+    rows = table.to_pylist()
+    if not rows:
+        raise ValueError(f"{path} has no rows: check the preprocessing that wrote it")
+    for index, row in enumerate(rows):
+        check_row(row, path=path, index=index, prompt_key=prompt_key, reward_fn_key=reward_fn_key)
+    return rows
+
+
+def check_row(row: dict, *, path: Path, index: int, prompt_key: str, reward_fn_key: str) -> None:
+    where = f"{path}, row {index}"
+    messages = row.get(prompt_key)
+    if not isinstance(messages, list) or not messages or not all(
+            isinstance(m, dict) and isinstance(m.get("content"), str) and m.get("role")
+            for m in messages):
+        raise ValueError(f"{where}, column {prompt_key!r}: expected a list of chat messages "
+                         f"like [{{'role': 'user', 'content': '...'}}], found {messages!r:.200}")
+    if not isinstance(row.get(reward_fn_key), str):
+        raise ValueError(f"{where}, column {reward_fn_key!r}: expected a string naming the "
+                         f"data source (e.g. 'openai/gsm8k'), found {row.get(reward_fn_key)!r}")
+    reward = row.get("reward_model")
+    if not isinstance(reward, dict) or reward.get("ground_truth") is None:
+        raise ValueError(f"{where}, column 'reward_model': expected "
+                         f"{{'style': 'rule', 'ground_truth': ...}}, found {reward!r:.200}")

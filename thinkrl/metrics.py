@@ -1,0 +1,114 @@
+"""Metric names (verl's, where a verl user would look), timing, and sinks.
+
+Every step appends one JSON object with `step` to `<run dir>/metrics.jsonl`;
+`console` prints a compact line per step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from thinkrl.records import FINISH_LENGTH, Rollouts
+
+KNOWN_LOGGERS = ("console", "jsonl")
+
+
+class StageTimer:
+    """`with timer("gen"): ...` records `timing_s/gen`."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, stage: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - start
+
+    def metrics(self) -> dict[str, float]:
+        return {f"timing_s/{stage}": value for stage, value in self.seconds.items()}
+
+
+def _stats(prefix: str, values: Tensor) -> dict[str, float]:
+    values = values.float()
+    return {f"{prefix}/mean": values.mean().item(), f"{prefix}/max": values.max().item(),
+            f"{prefix}/min": values.min().item()}
+
+
+def rollout_metrics(rollouts: Rollouts, *, scores: Tensor, advantages: Tensor,
+                    max_response_length: int) -> dict[str, float]:
+    """critic/score, critic/advantages, response_length, prompt_length (verl's names)."""
+    mask = rollouts.response_mask.bool()
+    lengths = rollouts.response_lengths.float()
+    metrics = {}
+    metrics.update(_stats("critic/score", scores))
+    metrics.update(_stats("critic/rewards", scores))
+    metrics.update(_stats("critic/advantages", advantages[mask]))
+    metrics.update(_stats("response_length", lengths))
+    metrics["response_length/clip_ratio"] = sum(
+        r == FINISH_LENGTH for r in rollouts.finish_reasons) / len(rollouts)
+    metrics.update(_stats("prompt_length", rollouts.prompt_mask.sum(-1)))
+    # Groups whose responses all scored the same carry no GRPO signal.
+    groups = rollouts.group_ids.unique()
+    flat = sum(bool(scores[rollouts.group_ids == g].std(unbiased=False) == 0) for g in groups)
+    metrics["critic/zero_adv_group_ratio"] = flat / len(groups)
+    return metrics
+
+
+def throughput_metrics(rollouts: Rollouts, *, step_seconds: float, world_size: int) -> dict:
+    tokens = int(rollouts.prompt_mask.sum() + rollouts.response_mask.sum())
+    return {"perf/total_num_tokens": tokens,
+            "perf/time_per_step": step_seconds,
+            "perf/throughput": tokens / max(step_seconds, 1e-9) / world_size}
+
+
+class MetricsLog:
+    """Appends per-step metrics to metrics.jsonl and, with `console`, prints them."""
+
+    def __init__(self, run_dir: Path, *, loggers: list[str], print_fn=print) -> None:
+        unknown = [name for name in loggers if name not in KNOWN_LOGGERS]
+        if unknown:
+            raise ValueError(f"trainer.logger: {unknown} not available in this release; "
+                             f"use any of {list(KNOWN_LOGGERS)}")
+        self.path = run_dir / "metrics.jsonl"
+        self.console = "console" in loggers
+        self.print = print_fn
+        run_dir.mkdir(parents=True, exist_ok=True)
+
+    def log(self, metrics: dict[str, float], *, step: int) -> None:
+        record = {"step": step, **{k: _plain(v) for k, v in sorted(metrics.items())}}
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self.console:
+            self.print(format_console(record))
+
+
+def _plain(value):
+    if isinstance(value, torch.Tensor):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # JSON has no NaN/inf; keep it visible
+    return value
+
+
+CONSOLE_KEYS = ("critic/score/mean", "actor/pg_loss", "actor/kl_loss", "actor/entropy",
+                "actor/pg_clipfrac", "actor/grad_norm", "response_length/mean", "timing_s/step")
+
+
+def format_console(record: dict) -> str:
+    parts = [f"step {record['step']}"]
+    for key in CONSOLE_KEYS:
+        if key in record and isinstance(record[key], (int, float)):
+            parts.append(f"{key.split('/', 1)[1] if key.startswith('actor/') else key}="
+                         f"{record[key]:.4g}")
+    parts += [f"{k}={v:.3f}" for k, v in record.items() if k.startswith("val-core/")]
+    return "  ".join(parts)

@@ -1,0 +1,61 @@
+"""Per-token log-probs (and entropies) of the response part of sequences.
+
+Sequences follow the layout of `thinkrl.records`: left-padded prompt, then
+R right-padded response tokens. The logits that predict response token t sit
+at column P - 1 + t, so only the last R + 1 positions' logits are computed.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from thinkrl.models.logprobs import entropy_from_logits, logprobs_from_logits
+
+
+def response_logprobs(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor,
+                      position_ids: Tensor, *, response_length: int, temperature: float,
+                      with_entropy: bool = False, entropy_grad: bool = False
+                      ) -> tuple[Tensor, Tensor | None]:
+    """log pi(y_t | y_<t) under softmax(logits / temperature), and optionally the
+    entropy of that distribution. Inputs [N, P + R] on the model's device;
+    returns [N, R] tensors on the same device. The entropy carries a gradient
+    only with `entropy_grad` (an entropy bonus); as a metric it needs none.
+
+    Dividing by the sampling temperature makes these the log-probs of the
+    distribution the responses were actually drawn from (as verl does)."""
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                use_cache=False, logits_to_keep=response_length + 1)
+    logits = out.logits[:, :-1, :]  # [N, R, V]
+    if temperature != 1.0 and temperature > 0:
+        logits = logits / temperature
+    labels = input_ids[:, -response_length:]
+    logprobs = logprobs_from_logits(logits, labels)
+    entropy = None
+    if with_entropy:
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            entropy = entropy_from_logits(logits if entropy_grad else logits.detach())
+    return logprobs, entropy
+
+
+@torch.no_grad()
+def batched_response_logprobs(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor,
+                              position_ids: Tensor, *, response_length: int, temperature: float,
+                              micro_batch_size: int) -> Tensor:
+    """`response_logprobs` without gradient, `micro_batch_size` rows at a time.
+    CPU tensors in, CPU [N, R] out."""
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    chunks = []
+    try:
+        for start in range(0, input_ids.shape[0], micro_batch_size):
+            rows = slice(start, start + micro_batch_size)
+            logprobs, _ = response_logprobs(
+                model, input_ids[rows].to(device), attention_mask[rows].to(device),
+                position_ids[rows].to(device), response_length=response_length,
+                temperature=temperature)
+            chunks.append(logprobs.float().cpu())
+    finally:
+        model.train(was_training)
+    return torch.cat(chunks)

@@ -1,0 +1,65 @@
+"""Loading a Hugging Face model and tokenizer: a local folder or a hub id."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _explain(path: str, what: str, err: Exception) -> ValueError:
+    local = Path(path).expanduser()
+    if local.exists():
+        hint = f"the folder {local} exists but does not hold a loadable {what}"
+    elif path.startswith(("/", ".", "~")):
+        hint = f"there is no folder {local}"
+    else:
+        hint = ("it is neither a local folder nor a hub id that could be fetched "
+                "(offline? set HF_HUB_OFFLINE=0 and check the name)")
+    return ValueError(f"actor_rollout_ref.model.path={path!r}: cannot load the {what}: {hint}. "
+                      f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})")
+
+
+def load_tokenizer(path: str, *, trust_remote_code: bool = False,
+                   custom_chat_template: str | None = None):
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as err:
+        raise _explain(path, "tokenizer", err) from None
+    if custom_chat_template:
+        tokenizer.chat_template = custom_chat_template
+    if tokenizer.pad_token_id is None:
+        if tokenizer.eos_token_id is None:
+            raise ValueError(f"the tokenizer of {path} has neither a pad nor an EOS token; "
+                             "set one in its tokenizer_config.json")
+        tokenizer.pad_token = tokenizer.eos_token  # as verl does for Llama-style tokenizers
+    return tokenizer
+
+
+def load_causal_lm(path: str, *, dtype: torch.dtype, device: torch.device,
+                   trust_remote_code: bool = False, override_config: dict | None = None,
+                   gradient_checkpointing: bool = False) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=dtype, trust_remote_code=trust_remote_code, **(override_config or {}))
+    except (OSError, ValueError) as err:
+        raise _explain(path, "model", err) from None
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model.to(device)
+
+
+def eos_token_ids(tokenizer, model) -> list[int]:
+    """Every id that ends a response: the tokenizer's EOS and the model's
+    generation config EOS (Qwen2.5 instruct ends turns with <|im_end|> but
+    lists <|endoftext|> too)."""
+    ids = {tokenizer.eos_token_id}
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
+    return sorted(i for i in ids if i is not None)

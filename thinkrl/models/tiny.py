@@ -1,0 +1,170 @@
+"""A tiny base model for the built-in task, made here from nothing.
+
+`build_tiny_model(out_dir)` trains a byte-level BPE tokenizer on the task's
+text, makes a small Qwen2 model from a `Qwen2Config`, pretrains it briefly on
+worked solutions (see `thinkrl.data.synthetic`) and saves an ordinary Hugging
+Face folder. Everything downstream loads it with `from_pretrained`, the same
+code that loads Qwen2.5-7B, so the tiny run exercises the real path.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from thinkrl.data import synthetic
+
+CHATML_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+@dataclass(frozen=True)
+class TinyModelSpec:
+    """Everything that decides the tiny model; its hash names the cache entry."""
+
+    vocab_size: int = 512
+    hidden_size: int = 128
+    intermediate_size: int = 384
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    pretrain_problems: int = 6000
+    full_solution_rate: float = 0.3
+    pretrain_steps: int = 800
+    batch_size: int = 32
+    lr: float = 3e-3
+    seed: int = 1234
+
+    def cache_key(self) -> str:
+        import hashlib
+        import json
+        blob = json.dumps(asdict(self), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:10]
+
+
+def build_tokenizer(texts: list[str], *, vocab_size: int):
+    """Byte-level BPE (as Qwen's) trained on `texts`, with ChatML specials."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.BPE())
+    # Digits one at a time, as Qwen2's pre-tokenizer does: arithmetic is then
+    # learned digit by digit instead of as a lookup table of number tokens.
+    core.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False),
+    ])
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    core.train_from_iterator(texts, trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|im_end|>",
+                                        pad_token="<|endoftext|>", model_max_length=1024)
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>"]})
+    tokenizer.chat_template = CHATML_TEMPLATE
+    return tokenizer
+
+
+def _encode_pair(tokenizer, question: str, answer: str) -> tuple[list[int], int]:
+    """Token ids of the chat-rendered pair and where the answer starts."""
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": question}],
+                                           tokenize=False, add_generation_prompt=True)
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    answer_ids = tokenizer(answer + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
+    return prompt_ids + answer_ids, len(prompt_ids)
+
+
+def _make_model(spec: TinyModelSpec, tokenizer):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=64 * math.ceil(len(tokenizer) / 64),
+        hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_layers, num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_kv_heads, max_position_embeddings=512,
+        tie_word_embeddings=True, bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )
+    return Qwen2ForCausalLM(config)
+
+
+def pretrain(model, tokenizer, pairs: list[tuple[str, str]], spec: TinyModelSpec, *,
+             log=print) -> float:
+    """Next-token training on the answers of (question, answer) pairs; the
+    question tokens are context only, since predicting the random names and
+    numbers of a story teaches nothing. Returns the final smoothed loss."""
+    torch.manual_seed(spec.seed)
+    rng = random.Random(spec.seed)
+    encoded = [_encode_pair(tokenizer, q, a) for q, a in pairs]
+    pad = tokenizer.pad_token_id
+    optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=0.01,
+                                  betas=(0.9, 0.98))
+    warmup = max(1, spec.pretrain_steps // 20)
+
+    def lr_at(step: int) -> float:  # linear warmup, cosine decay to 10%
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, spec.pretrain_steps - warmup)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
+    model.train()
+    smoothed, start = None, time.time()
+    for step in range(spec.pretrain_steps):
+        batch = [encoded[rng.randrange(len(encoded))] for _ in range(spec.batch_size)]
+        width = max(len(ids) for ids, _ in batch)
+        input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        labels = torch.full((len(batch), width), -100, dtype=torch.long)
+        for row, (ids, answer_start) in enumerate(batch):
+            input_ids[row, :len(ids)] = torch.tensor(ids)
+            mask[row, :len(ids)] = 1
+            labels[row, answer_start:len(ids)] = input_ids[row, answer_start:len(ids)]
+        loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        smoothed = loss.item() if smoothed is None else 0.95 * smoothed + 0.05 * loss.item()
+        if (step + 1) % 200 == 0 or step + 1 == spec.pretrain_steps:
+            log(f"  pretrain step {step + 1}/{spec.pretrain_steps}  loss {smoothed:.3f}  "
+                f"({time.time() - start:.0f}s)")
+    model.eval()
+    return float(smoothed)
+
+
+def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec = TinyModelSpec(), *, log=print) -> Path:
+    """Tokenizer + Qwen2 model + short pretraining, saved atomically to `out_dir`."""
+    out_dir = Path(out_dir)
+    # Drawn from the same pool as the built-in data, after its test problems,
+    # so the held-out test set is never seen in pretraining.
+    problems, _ = synthetic.split_problems(train=spec.pretrain_problems, test=synthetic.TEST_SIZE,
+                                           seed=synthetic.DATA_SEED)
+    pairs = synthetic.pretraining_texts(problems, full_solution_rate=spec.full_solution_rate,
+                                        seed=spec.seed)
+    tokenizer = build_tokenizer([q + "\n" + a for q, a in pairs], vocab_size=spec.vocab_size)
+    model = _make_model(spec, tokenizer)
+    n_params = sum(p.numel() for p in model.parameters())
+    log(f"building the tiny base model ({n_params / 1e6:.2f}M parameters, Qwen2 architecture) "
+        f"in {out_dir}")
+    pretrain(model, tokenizer, pairs, spec, log=log)
+    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    tmp.rename(out_dir)  # only a complete folder ever carries the final name
+    return out_dir

@@ -1,0 +1,36 @@
+"""The only place that names device kinds ("cuda", "npu") and their libraries."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+
+
+def _npu_available() -> bool:
+    if importlib.util.find_spec("torch_npu") is None:
+        return False
+    import torch_npu  # noqa: F401  (registers torch.npu)
+    return torch.npu.is_available()
+
+
+def resolve_device(name: str) -> torch.device:
+    """trainer.device -> a torch.device; `auto` picks cuda, then npu, then cpu."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        return torch.device("npu") if _npu_available() else torch.device("cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("trainer.device=cuda but no CUDA device is visible (check "
+                         "CUDA_VISIBLE_DEVICES and the driver), or set trainer.device=cpu")
+    if name == "npu" and not _npu_available():
+        raise ValueError("trainer.device=npu but torch_npu is not installed or sees no NPU "
+                         "(check ASCEND_RT_VISIBLE_DEVICES and CANN), or set trainer.device=cpu")
+    return torch.device(name)
+
+
+def default_dtype(device: torch.device, name: str) -> torch.dtype:
+    """model.dtype -> torch dtype; `auto` is float32 on CPU, bfloat16 on accelerators."""
+    if name == "auto":
+        return torch.float32 if device.type == "cpu" else torch.bfloat16
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]

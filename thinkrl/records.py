@@ -1,0 +1,101 @@
+"""Typed records that cross stage boundaries. All tensors are CPU tensors.
+
+Shapes: B prompts, G samples per prompt (rollout.n), N = B*G responses,
+P prompt tokens (left-padded), R response tokens (right-padded).
+
+Layout of a sequence, as verl lays it out: the prompt is left-padded and the
+response right-padded, so every prompt ends at column P and response token t
+of every row sits at column P + t. Log-probs, masks and advantages over the
+response are all [N, R] and line up with `response_ids`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One data row, as the reward function needs it."""
+
+    data_source: str
+    ground_truth: str
+    prompt_text: str
+    """The prompt after the template, exactly as the model sees it."""
+    extra_info: dict = field(default_factory=dict)
+    index: int = 0
+    """Row number in its data file, for error messages and sample logs."""
+
+
+@dataclass(slots=True)
+class PromptBatch:
+    input_ids: Tensor  # [B, P] left-padded
+    attention_mask: Tensor  # [B, P] 1 for real tokens
+    samples: list[Sample]
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+
+FINISH_STOP = "stop"  # the model wrote EOS
+FINISH_LENGTH = "length"  # hit max_response_length
+
+
+@dataclass(slots=True)
+class Rollouts:
+    """Responses to a PromptBatch, G per prompt, grouped consecutively."""
+
+    prompt_ids: Tensor  # [N, P] left-padded (each prompt repeated G times)
+    prompt_mask: Tensor  # [N, P]
+    response_ids: Tensor  # [N, R] right-padded with the pad id
+    response_mask: Tensor  # [N, R] 1 up to and including EOS
+    rollout_logprobs: Tensor  # [N, R] log pi(token) under the sampling temperature
+    finish_reasons: list[str]
+    group_ids: Tensor  # [N] index of the prompt in its PromptBatch
+    samples: list[Sample]  # [N] the prompt's row, repeated per response
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    @property
+    def response_lengths(self) -> Tensor:  # [N]
+        return self.response_mask.sum(-1)
+
+    def sequences(self) -> tuple[Tensor, Tensor, Tensor]:
+        """(input_ids, attention_mask, position_ids), each [N, P + R]."""
+        input_ids = torch.cat([self.prompt_ids, self.response_ids], dim=1)
+        attention_mask = torch.cat([self.prompt_mask, self.response_mask], dim=1)
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        return input_ids, attention_mask, position_ids
+
+
+@dataclass(slots=True)
+class TrainBatch:
+    """Everything the actor update needs, for N responses."""
+
+    input_ids: Tensor  # [N, P + R]
+    attention_mask: Tensor  # [N, P + R]
+    position_ids: Tensor  # [N, P + R]
+    response_mask: Tensor  # [N, R] float, 1 for response tokens
+    advantages: Tensor  # [N, R]
+    old_logprobs: Tensor | None  # [N, R]; None when the update is exactly on-policy
+    ref_logprobs: Tensor | None  # [N, R]; None without a KL loss
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    @property
+    def response_length(self) -> int:
+        return self.response_mask.shape[1]
+
+    def select(self, index: Tensor | slice) -> "TrainBatch":
+        """The rows at `index` (a slice or a LongTensor of row numbers)."""
+        def pick(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t[index]
+        return TrainBatch(self.input_ids[index], self.attention_mask[index],
+                          self.position_ids[index], self.response_mask[index],
+                          self.advantages[index], pick(self.old_logprobs),
+                          pick(self.ref_logprobs))

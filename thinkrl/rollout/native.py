@@ -1,0 +1,147 @@
+"""`native` rollout: batched sampling in plain PyTorch with a KV cache.
+
+Works with any Hugging Face causal LM on any device; it is the default on CPU
+and the reference that faster engines are checked against.
+
+One call: repeat each prompt G times, prefill all prompts at once (left
+padding, explicit position ids), then decode one token per step for every
+unfinished row, reusing the model's KV cache. A row finishes at EOS (unless
+`ignore_eos`) or at `max_tokens`.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import inspect
+
+import torch
+from torch import Tensor
+
+from thinkrl.records import FINISH_LENGTH, FINISH_STOP, PromptBatch, Rollouts
+from thinkrl.rollout.base import SamplingParams
+
+
+def filter_logits(logits: Tensor, *, top_k: int, top_p: float) -> Tensor:
+    """Set logits outside the top-k / nucleus (top-p) set to -inf. [N, V] -> [N, V]."""
+    if top_k > 0 and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        # Drop a token when the tokens ranked above it already reach top_p;
+        # the most likely token is therefore always kept.
+        drop_sorted = probs.cumsum(-1) - probs >= top_p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+class NativeEngine:
+    """Samples from `model` in place: when it is the actor's own module, the
+    actor's optimizer step is already the weight sync."""
+
+    def __init__(self, model: torch.nn.Module, *, eos_token_ids: list[int], pad_token_id: int,
+                 seed: int = 0) -> None:
+        self.model = model
+        self.eos_token_ids = torch.tensor(sorted(set(eos_token_ids)), dtype=torch.long)
+        self.pad_token_id = pad_token_id
+        self.generator = torch.Generator(device="cpu").manual_seed(seed)
+        # transformers 5 renamed the KV-cache argument `past_key_values` to `cache`.
+        forward_args = inspect.signature(model.forward).parameters
+        self._cache_arg = "cache" if "cache" in forward_args else "past_key_values"
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]]) -> None:
+        params = dict(self.model.named_parameters())
+        with torch.no_grad():
+            for name, tensor in named_tensors:
+                if params[name].data_ptr() != tensor.data_ptr():  # shared: nothing to copy
+                    params[name].copy_(tensor.to(params[name].device, params[name].dtype))
+
+    def generator_state(self) -> Tensor:
+        return self.generator.get_state()
+
+    def set_generator_state(self, state: Tensor) -> None:
+        self.generator.set_state(state)
+
+    @torch.no_grad()
+    def generate(self, prompts: PromptBatch, params: SamplingParams) -> Rollouts:
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            return self._generate(prompts, params)
+        finally:
+            self.model.train(was_training)
+
+    def _generate(self, prompts: PromptBatch, params: SamplingParams) -> Rollouts:
+        from transformers import DynamicCache
+
+        g, device = params.n, self.device
+        prompt_ids = prompts.input_ids.repeat_interleave(g, dim=0)  # [N, P]
+        prompt_mask = prompts.attention_mask.repeat_interleave(g, dim=0)  # [N, P]
+        n = prompt_ids.shape[0]
+        eos = self.eos_token_ids.to(device)
+
+        attention_mask = prompt_mask.to(device)
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        next_position = position_ids[:, -1:] + 1  # [N, 1]
+        cache = DynamicCache()
+        cache_kwargs = {self._cache_arg: cache}  # filled in place by every forward
+        out = self.model(input_ids=prompt_ids.to(device), attention_mask=attention_mask,
+                         position_ids=position_ids, use_cache=True, logits_to_keep=1,
+                         **cache_kwargs)
+
+        tokens, logprobs = [], []
+        finished = torch.zeros(n, dtype=torch.bool, device=device)
+        for step in range(params.max_tokens):
+            logits = out.logits[:, -1, :].float()  # [N, V]
+            token, logprob = self._sample(logits, params)
+            token = torch.where(finished, torch.full_like(token, self.pad_token_id), token)
+            tokens.append(token)
+            logprobs.append(logprob.masked_fill(finished, 0.0))
+            if not params.ignore_eos:
+                finished = finished | torch.isin(token, eos)
+            if bool(finished.all()) or step + 1 == params.max_tokens:
+                break
+            attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], 1)
+            out = self.model(input_ids=token[:, None], attention_mask=attention_mask,
+                             position_ids=next_position, use_cache=True, **cache_kwargs)
+            next_position = next_position + 1
+
+        response_ids = torch.stack(tokens, dim=1).cpu()  # [N, R]
+        response_logprobs = torch.stack(logprobs, dim=1).cpu()  # [N, R]
+        response_mask = self._response_mask(response_ids, params.ignore_eos)
+        stopped = torch.isin(response_ids, self.eos_token_ids).any(-1) & (not params.ignore_eos)
+        reasons = [FINISH_STOP if s else FINISH_LENGTH for s in stopped.tolist()]
+        return Rollouts(
+            prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=response_ids,
+            response_mask=response_mask, rollout_logprobs=response_logprobs,
+            finish_reasons=reasons,
+            group_ids=torch.arange(len(prompts)).repeat_interleave(g),
+            samples=[s for s in prompts.samples for _ in range(g)],
+        )
+
+    def _sample(self, logits: Tensor, params: SamplingParams) -> tuple[Tensor, Tensor]:
+        """Next token and its log-prob under softmax(logits / temperature). [N, V] -> [N], [N]."""
+        if params.greedy:
+            token = logits.argmax(-1)
+            return token, torch.log_softmax(logits, -1).gather(-1, token[:, None])[:, 0]
+        scaled = logits / params.temperature
+        logp = torch.log_softmax(scaled, -1)
+        filtered = filter_logits(scaled, top_k=params.top_k, top_p=params.top_p)
+        probs = torch.softmax(filtered, -1)
+        token = torch.multinomial(probs.cpu(), 1, generator=self.generator)[:, 0].to(logits.device)
+        return token, logp.gather(-1, token[:, None])[:, 0]
+
+    def _response_mask(self, response_ids: Tensor, ignore_eos: bool) -> Tensor:
+        """1 up to and including the first EOS of each row. [N, R] -> [N, R] long."""
+        if ignore_eos:
+            return torch.ones_like(response_ids)
+        is_eos = torch.isin(response_ids, self.eos_token_ids).long()
+        after_eos = (is_eos.cumsum(-1) - is_eos) > 0  # strictly after the first EOS
+        return (~after_eos).long()

@@ -1,0 +1,173 @@
+"""The GRPO driver: one named call per stage, in the order of the algorithm.
+
+Variant: GRPO with outcome rewards (DeepSeekMath / R1-Zero). For each of B
+prompts, sample G responses; score each with a rule; advantage = score minus
+the group mean, divided by the group std (`norm_adv_by_std_in_grpo`); update
+the policy with the PPO clipped objective plus a KL loss to the frozen
+reference (`use_kl_loss`, k3 by default) instead of a KL penalty in the
+reward. All normalisers span the whole mini-batch (see `thinkrl.algos.losses`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+import torch
+
+from thinkrl.algos.kl import get_kl_estimator
+from thinkrl.build import Run, build_run, val_batch_size
+from thinkrl.config import Config
+from thinkrl.data.dataset import batches
+from thinkrl.metrics import StageTimer, rollout_metrics, throughput_metrics
+from thinkrl.records import Rollouts, TrainBatch
+from thinkrl.rewards.scoring import score_rollouts, token_level_rewards
+
+MAX_SKIPPED_UPDATES = 3
+
+
+@dataclass
+class TrainResult:
+    run_dir: str
+    first_val: dict[str, float]
+    last_val: dict[str, float]
+    steps: int
+
+
+def train(cfg: Config, *, log=print) -> TrainResult:
+    run = build_run(cfg, log=log)
+    log(f"run directory: {run.run_dir}")
+    log(run.sizes.table())
+    log(f"training for {run.total_steps} steps "
+        f"({run.train_loader.batches_per_epoch} steps per epoch)")
+    first_val: dict[str, float] = {}
+    if cfg.trainer.val_before_train or cfg.trainer.val_only:
+        first_val = validate(run)
+        run.metrics_log.log(first_val, step=0)
+    if cfg.trainer.val_only:
+        return TrainResult(str(run.run_dir), first_val, first_val, 0)
+
+    last_val, skipped_in_a_row = first_val, 0
+    progress = _progress_bar(run)
+    for step in range(1, run.total_steps + 1):
+        metrics = grpo_step(run)
+        skipped_in_a_row = skipped_in_a_row + 1 if metrics["actor/skipped_updates"] else 0
+        if skipped_in_a_row >= MAX_SKIPPED_UPDATES:
+            raise FloatingPointError(
+                f"step {step}: the gradient norm was not finite for {skipped_in_a_row} steps in "
+                "a row (those updates were skipped, the weights are the last good ones). "
+                "Lower actor_rollout_ref.actor.optim.lr or check the rewards.")
+        test_freq = cfg.trainer.test_freq
+        if step == run.total_steps or (test_freq > 0 and step % test_freq == 0):
+            last_val = validate(run)
+            metrics.update(last_val)
+        run.metrics_log.log(metrics, step=step)
+        progress.update(metrics, step)
+    progress.close()
+    return TrainResult(str(run.run_dir), first_val, last_val, run.total_steps)
+
+
+def grpo_step(run: Run) -> dict[str, float]:
+    """Generate, score, estimate advantages, update the actor, sync weights."""
+    timer = StageTimer()
+    with timer("step"):
+        prompts = run.train_loader.next_batch()
+        with timer("gen"):
+            rollouts = run.engine.generate(prompts, run.sampling)
+        with timer("reward"):
+            scored = score_rollouts(rollouts, run.tokenizer, scorer_for=run.scorer_for)
+        input_ids, attention_mask, position_ids = rollouts.sequences()
+        response_length = rollouts.response_ids.shape[1]
+        with timer("old_log_prob"):
+            old_logprobs = None if run.on_policy and not run.cfg.algorithm.use_kl_in_reward else (
+                run.actor.compute_log_prob(input_ids, attention_mask, position_ids,
+                                           response_length=response_length))
+        with timer("ref"):
+            ref_logprobs = None if run.reference is None else (
+                run.reference.compute_ref_log_prob(input_ids, attention_mask, position_ids,
+                                                   response_length=response_length))
+        with timer("adv"):
+            rewards, kl_metrics = shaped_rewards(run, rollouts, scored.scores, old_logprobs,
+                                                 ref_logprobs)
+            advantages = compute_advantages(run, rollouts, rewards)
+        batch = TrainBatch(input_ids=input_ids, attention_mask=attention_mask,
+                           position_ids=position_ids,
+                           response_mask=rollouts.response_mask.float(), advantages=advantages,
+                           old_logprobs=None if run.on_policy else old_logprobs,
+                           ref_logprobs=ref_logprobs if run.cfg.actor_rollout_ref.actor.use_kl_loss else None)
+        with timer("update_actor"):
+            actor_metrics = run.actor.update_policy(
+                batch, mini_batch_size=run.sizes.responses_per_mini_batch)
+        with timer("update_weights"):
+            run.engine.update_weights(run.actor.model.named_parameters())
+    metrics = {**actor_metrics, **kl_metrics, **timer.metrics(),
+               **rollout_metrics(rollouts, scores=scored.scores, advantages=advantages,
+                                 max_response_length=run.sizes.response_length),
+               **throughput_metrics(rollouts, step_seconds=timer.seconds["step"],
+                                    world_size=run.sizes.world_size),
+               "reward/errors": float(scored.errors),
+               "training/epoch": float(run.train_loader.epoch)}
+    return metrics
+
+
+def shaped_rewards(run: Run, rollouts: Rollouts, scores: torch.Tensor, old_logprobs,
+                   ref_logprobs) -> tuple[torch.Tensor, dict[str, float]]:
+    """Scores on the last token; with algorithm.use_kl_in_reward, minus
+    beta * KL(pi_old || pi_ref) on every token (beta fixed or adaptive)."""
+    mask = rollouts.response_mask.float()
+    rewards = token_level_rewards(scores, rollouts.response_mask)
+    algo = run.cfg.algorithm
+    if not algo.use_kl_in_reward:
+        return rewards, {}
+    kl = get_kl_estimator(algo.kl_penalty)(old_logprobs, ref_logprobs) * mask  # [N, R]
+    beta = algo.kl_ctrl.kl_coef
+    mean_kl = (kl.sum(-1) / mask.sum(-1).clamp(min=1)).mean().item()
+    if algo.kl_ctrl.type == "adaptive":  # proportional controller (Ziegler et al., 2019)
+        error = max(-0.2, min(0.2, mean_kl / algo.kl_ctrl.target_kl - 1))
+        algo.kl_ctrl.kl_coef = beta * (1 + error * len(rollouts) / algo.kl_ctrl.horizon)
+    return rewards - beta * kl, {"actor/reward_kl_penalty": mean_kl,
+                                 "actor/reward_kl_penalty_coeff": beta}
+
+
+def compute_advantages(run: Run, rollouts: Rollouts, rewards: torch.Tensor) -> torch.Tensor:
+    return run.advantage_fn(rewards, rollouts.response_mask.float(), rollouts.group_ids,
+                            norm_adv_by_std_in_grpo=run.cfg.algorithm.norm_adv_by_std_in_grpo)
+
+
+def validate(run: Run) -> dict[str, float]:
+    """Mean reward per data source with rollout.val_kwargs (greedy by default),
+    as `val-core/<data_source>/reward/mean@<n>`."""
+    start = time.perf_counter()
+    per_source: dict[str, list[float]] = defaultdict(list)
+    size = val_batch_size(run.cfg, len(run.val_prompts))
+    pad = run.tokenizer.pad_token_id
+    for prompts in batches(run.val_prompts, batch_size=size, pad_token_id=pad):
+        rollouts = run.engine.generate(prompts, run.val_sampling)
+        scored = score_rollouts(rollouts, run.tokenizer, scorer_for=run.scorer_for)
+        for sample, score in zip(rollouts.samples, scored.scores.tolist()):
+            per_source[sample.data_source].append(score)
+    n = run.val_sampling.n
+    metrics = {f"val-core/{source}/reward/mean@{n}": sum(v) / len(v)
+               for source, v in per_source.items()}
+    metrics["timing_s/testing"] = time.perf_counter() - start
+    return metrics
+
+
+class _progress_bar:
+    """Step, reward and time left on one line (tqdm), when enabled."""
+
+    def __init__(self, run: Run) -> None:
+        self.bar = None
+        if run.cfg.trainer.progress_bar:
+            from tqdm import tqdm
+            self.bar = tqdm(total=run.total_steps, desc="GRPO", unit="step", dynamic_ncols=True)
+
+    def update(self, metrics: dict, step: int) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix(reward=f"{metrics['critic/score/mean']:.3f}", refresh=False)
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

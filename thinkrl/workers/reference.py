@@ -1,0 +1,31 @@
+"""The reference policy: a frozen copy of the initial model, used for the KL term."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import Tensor
+
+from thinkrl.models.forward import batched_response_logprobs
+
+
+class ReferenceWorker:
+    def __init__(self, model: torch.nn.Module, *, micro_batch_size: int,
+                 temperature: float) -> None:
+        self.model = model.eval().requires_grad_(False)
+        self.micro_batch_size = micro_batch_size
+        self.temperature = temperature
+
+    @classmethod
+    def frozen_copy_of(cls, policy: torch.nn.Module, **kwargs) -> "ReferenceWorker":
+        """The reference is the policy as it is now, before any update."""
+        return cls(copy.deepcopy(policy), **kwargs)
+
+    def compute_ref_log_prob(self, input_ids: Tensor, attention_mask: Tensor,
+                             position_ids: Tensor, *, response_length: int) -> Tensor:
+        """log pi_ref of the response tokens. [N, P + R] -> [N, R] on the CPU."""
+        return batched_response_logprobs(
+            self.model, input_ids, attention_mask, position_ids,
+            response_length=response_length, temperature=self.temperature,
+            micro_batch_size=self.micro_batch_size)
