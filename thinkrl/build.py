@@ -6,6 +6,7 @@ the driver (`thinkrl.trainer`) only ever sees a run that can start.
 
 from __future__ import annotations
 
+import importlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,8 +86,14 @@ def build_run(cfg: Config, *, log=print) -> Run:
     device = resolve_device(cfg.trainer.device)
     torch.manual_seed(cfg.trainer.seed)
 
+    if arr.model.external_lib:  # registers custom architectures with transformers
+        try:
+            importlib.import_module(arr.model.external_lib)
+        except ImportError as err:
+            raise ValueError(f"actor_rollout_ref.model.external_lib={arr.model.external_lib}: "
+                             f"cannot import it ({err}); install it or remove the key") from None
     model_path = builtin.resolve_model_path(arr.model.path, log=log)
-    tokenizer = load_tokenizer(arr.model.tokenizer_path or model_path,
+    tokenizer = load_tokenizer(cfg.data.tokenizer or arr.model.tokenizer_path or model_path,
                                trust_remote_code=arr.model.trust_remote_code,
                                custom_chat_template=arr.model.custom_chat_template)
     data = cfg.data

@@ -1,9 +1,10 @@
-"""`thinkrl train [--config RECIPE.yaml] [key=value ...]`
+"""`thinkrl train [--config RECIPE] [key=value ...]`
 
-Without --config the built-in `tiny` recipe runs: a tiny Qwen2 model learns
-arithmetic word problems by GRPO on this machine's CPU in a few minutes.
-Overrides use verl's dotted keys, so a verl launch line runs unchanged after
-`thinkrl train`.
+`thinkrl train` alone runs the built-in `tiny` recipe: a tiny Qwen2 model
+learns arithmetic word problems by GRPO on this machine's CPU in minutes.
+Overrides use verl's dotted keys on top of verl's defaults, so a verl launch
+line means the same after `thinkrl train`; `--config tiny key=value ...`
+changes the tiny recipe instead.
 """
 
 from __future__ import annotations
@@ -15,10 +16,8 @@ from importlib import resources
 from pathlib import Path
 
 
-def recipe_path(name_or_path: str | None) -> Path:
+def recipe_path(name_or_path: str) -> Path:
     """A recipe file, or the name of a built-in one (`tiny`)."""
-    if name_or_path is None:
-        name_or_path = "tiny"
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or path.exists():
         return path
@@ -53,8 +52,11 @@ def main(argv: list[str] | None = None) -> int:
         tqdm.write(message)  # keeps the progress bar intact
 
     try:
-        path = recipe_path(args.config)
-        log(f"recipe: {path}")
+        config = args.config or (None if args.overrides else "tiny")
+        path = None if config is None else recipe_path(config)
+        log(f"recipe: {path}" if path else
+            "recipe: none, verl's defaults + the overrides given "
+            "(to change the tiny recipe instead: thinkrl train --config tiny key=value ...)")
         cfg = load_config(path, args.overrides)
         result = train(cfg, log=log)
     except ValueError as err:  # a user mistake: the message says what to do

@@ -36,6 +36,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     f"{_ARR}.rollout.name": ("native", "vllm", "sglang"),
     f"{_ARR}.rollout.mode": ("sync",),
     "data.truncation": ("error", "left", "right", "middle"),
+    "data.template": ("chat",),
     "trainer.resume_mode": ("auto", "disable", "resume_path"),
     "trainer.device": ("auto", "cpu", "cuda", "npu"),
     "trainer.backend": ("local", "ray"),
@@ -357,6 +358,12 @@ def inactive_settings(cfg: Config) -> list[str]:
     if not cfg.algorithm.use_kl_in_reward:
         note(("algorithm.kl_penalty", "algorithm.kl_ctrl.type", "algorithm.kl_ctrl.kl_coef",
               "algorithm.kl_ctrl.horizon", "algorithm.kl_ctrl.target_kl"), "algorithm.use_kl_in_reward is False")
+    note(("trainer.save_freq", "trainer.resume_mode", "trainer.resume_from_path",
+          "trainer.max_actor_ckpt_to_keep"), "checkpointing comes in a later release")
+    note(("trainer.log_val_generations", "data.return_raw_chat", "data.return_full_prompt",
+          "data.validation_shuffle", f"{rollout}.calculate_log_probs", "trainer.balance_batch",
+          "reward_model.reward_manager"),
+         "thinkrl has no equivalent for it yet (one device, one reward path)")
     actor = cfg.actor_rollout_ref.actor
     if actor.clip_ratio_low is not None and actor.clip_ratio_high is not None:
         note((f"{_ARR}.actor.clip_ratio",), "clip_ratio_low and clip_ratio_high are both set")

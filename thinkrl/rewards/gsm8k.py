@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import re
 
-_STRICT = re.compile(r"####\s*\$?\s*(-?[0-9][0-9,]*(?:\.[0-9]+)?)")
+# `\s*(?:\$\s*)?`, not `\s*\$?\s*`: two adjacent `\s*` backtrack quadratically, and
+# "####" followed by a long run of whitespace took seconds.
+_STRICT = re.compile(r"####\s*(?:\$\s*)?(-?[0-9][0-9,]*(?:\.[0-9]+)?)")
 _ANY_NUMBER = re.compile(r"-?[0-9][0-9,]*(?:\.[0-9]+)?")
 # Beyond this many characters a response is not searched backwards for a
 # fallback number: a degenerate generation must not cost a regex scan per token.

@@ -1,0 +1,34 @@
+"""Shared fixtures: a quickly pretrained tiny model and a private asset cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def asset_cache(tmp_path_factory) -> Path:
+    """THINKRL_CACHE for the whole session, so tests never touch ~/.cache."""
+    path = tmp_path_factory.mktemp("thinkrl-cache")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("THINKRL_CACHE", str(path))
+    yield path
+    mp.undo()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A tiny Qwen2 model after a few pretraining steps (seconds, not minutes):
+    good enough to exercise every stage, not to learn the task."""
+    from thinkrl.models.tiny import TinyModelSpec, build_tiny_model
+
+    spec = TinyModelSpec(hidden_size=64, intermediate_size=128, num_layers=2,
+                         pretrain_problems=400, pretrain_steps=15, batch_size=16)
+    torch_threads = torch.get_num_threads()
+    out = build_tiny_model(tmp_path_factory.mktemp("models") / "tiny", spec, log=lambda *_: None)
+    torch.set_num_threads(torch_threads)
+    return out

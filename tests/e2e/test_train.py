@@ -1,0 +1,94 @@
+"""End-to-end GRPO runs on a tiny model: every stage, the metrics file, determinism."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from thinkrl.cli import main, recipe_path
+from thinkrl.config import load_config
+from thinkrl.trainer import train
+
+pytestmark = pytest.mark.slow
+
+
+def _overrides(model_dir: Path, run_dir: Path, *extra: str) -> list[str]:
+    return [
+        f"actor_rollout_ref.model.path={model_dir}",
+        f"trainer.default_local_dir={run_dir}",
+        "data.train_batch_size=4", "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+        "data.max_response_length=16", "data.val_batch_size=100",
+        "trainer.total_training_steps=2", "trainer.test_freq=-1",
+        "trainer.progress_bar=False", "trainer.logger=[]", *extra,
+    ]
+
+
+def _run(model_dir, run_dir, *extra):
+    cfg = load_config(recipe_path("tiny"), _overrides(model_dir, run_dir, *extra))
+    result = train(cfg, log=lambda *_: None)
+    lines = (Path(result.run_dir) / "metrics.jsonl").read_text().splitlines()
+    return result, [json.loads(line) for line in lines]
+
+
+def _without_timing(record: dict) -> dict:
+    return {k: v for k, v in record.items() if not k.startswith(("timing_s/", "perf/"))}
+
+
+def test_two_steps_write_verl_metrics(asset_cache, tiny_model_dir, tmp_path):
+    result, records = _run(tiny_model_dir, tmp_path / "run")
+    assert [r["step"] for r in records] == [0, 1, 2]  # validation before training, 2 steps
+    val_key = "val-core/thinkrl/arith/reward/mean@1"
+    assert val_key in records[0] and val_key in records[-1]
+    for key in ("critic/score/mean", "actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl",
+                "actor/kl_loss", "actor/entropy", "actor/grad_norm", "actor/lr",
+                "response_length/mean", "response_length/clip_ratio", "timing_s/gen",
+                "timing_s/reward", "timing_s/ref", "timing_s/update_actor", "timing_s/step",
+                "perf/throughput", "critic/advantages/mean"):
+        assert key in records[1], key
+    assert records[1]["actor/skipped_updates"] == 0
+    assert (tmp_path / "run" / "config.yaml").exists()
+    assert result.steps == 2
+
+
+def test_seeded_run_gives_identical_metrics(asset_cache, tiny_model_dir, tmp_path):
+    _, first = _run(tiny_model_dir, tmp_path / "a", "trainer.val_before_train=False")
+    _, second = _run(tiny_model_dir, tmp_path / "b", "trainer.val_before_train=False")
+    assert [_without_timing(r) for r in first] == [_without_timing(r) for r in second]
+
+
+def test_off_policy_update_recomputes_old_logprobs(asset_cache, tiny_model_dir, tmp_path):
+    # Two mini-batches and two epochs: four optimizer steps per training step,
+    # so from the second on pi differs from pi_old and the ratio moves off 1.
+    _, records = _run(tiny_model_dir, tmp_path / "run", "trainer.val_before_train=False",
+                      "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                      "actor_rollout_ref.actor.ppo_epochs=2",
+                      "actor_rollout_ref.actor.optim.lr=1e-3")
+    assert records[0]["timing_s/old_log_prob"] > 0
+    assert any(r["actor/ppo_kl"] != 0 for r in records)
+
+
+def test_cli_without_recipe_starts_from_verl_defaults(capsys):
+    # verl's default rollout.n=1 cannot work with GRPO: the error says so.
+    assert main(["train", "trainer.total_training_steps=1"]) == 2
+    assert "rollout.n" in capsys.readouterr().err
+
+
+def test_cli_rejects_unknown_key_with_suggestion(capsys):
+    code = main(["train", "data.train_batch_sise=4"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "data.train_batch_size" in err and "Traceback" not in err
+
+
+def test_cli_names_missing_data_file(asset_cache, tiny_model_dir, tmp_path, capsys):
+    (tmp_path / "train.parquet").write_bytes(b"")
+    code = main(["train", "--config", "tiny", f"actor_rollout_ref.model.path={tiny_model_dir}",
+                 f"data.train_files={tmp_path / 'trian.parquet'}",
+                 f"trainer.default_local_dir={tmp_path / 'run'}"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "trian.parquet" in err and "train.parquet" in err

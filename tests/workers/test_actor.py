@@ -1,0 +1,90 @@
+"""The actor update on a real (tiny, random) transformer."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from thinkrl.algos.losses import LOSS_AGG_MODES
+from thinkrl.config.schema import ActorConfig
+from thinkrl.records import TrainBatch
+from thinkrl.workers.actor import ActorWorker
+
+N, P, R, V = 6, 5, 7, 48
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    return Qwen2ForCausalLM(cfg)
+
+
+def _batch(*, with_old: bool) -> TrainBatch:
+    gen = torch.Generator().manual_seed(1)
+    input_ids = torch.randint(3, V, (N, P + R), generator=gen)
+    attention_mask = torch.ones(N, P + R, dtype=torch.long)
+    attention_mask[0, :2] = 0  # a left-padded prompt
+    lengths = torch.tensor([7, 3, 5, 1, 6, 2])  # responses of different lengths
+    response_mask = (torch.arange(R)[None, :] < lengths[:, None]).float()
+    attention_mask[:, P:] = response_mask.long()
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    advantages = torch.randn(N, 1, generator=gen) * response_mask
+    old = torch.randn(N, R, generator=gen) * 0.1 - 4.0 if with_old else None
+    ref = torch.randn(N, R, generator=gen) * 0.1 - 4.0
+    return TrainBatch(input_ids, attention_mask, position_ids, response_mask, advantages, old, ref)
+
+
+def _grads_after_update(model, batch, *, micro: int, mode: str) -> tuple[list, dict]:
+    cfg = ActorConfig(loss_agg_mode=mode, use_kl_loss=True, kl_loss_coef=0.1, entropy_coeff=0.01,
+                      grad_clip=1e9)
+    actor = ActorWorker(model, cfg, total_steps=1, micro_batch_size=micro,
+                        log_prob_micro_batch_size=micro, temperature=0.9,
+                        max_response_length=R, seed=0)
+    metrics = actor.update_policy(batch, mini_batch_size=N)
+    return [p.grad.clone() for p in model.parameters()], metrics
+
+
+@pytest.mark.parametrize("mode", sorted(LOSS_AGG_MODES))
+def test_gradient_does_not_depend_on_micro_batch_size(mode):
+    base = _model()
+    batch = _batch(with_old=True)
+    reference_grads, reference_metrics = _grads_after_update(copy.deepcopy(base), batch,
+                                                             micro=N, mode=mode)
+    for micro in (1, 4):  # 4 leaves an uneven last micro-batch of 2
+        grads, metrics = _grads_after_update(copy.deepcopy(base), batch, micro=micro, mode=mode)
+        for g, ref in zip(grads, reference_grads):
+            torch.testing.assert_close(g, ref, rtol=1e-4, atol=1e-6)
+        for key in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm",
+                    "actor/pg_clipfrac"):
+            assert metrics[key] == pytest.approx(reference_metrics[key], rel=1e-4, abs=1e-7), key
+
+
+def test_on_policy_ratio_is_one():
+    # Without old log-probs the update is exactly on-policy: pi_old = pi, so
+    # nothing is clipped and the sampled KL between them is 0.
+    _, metrics = _grads_after_update(_model(), _batch(with_old=False), micro=3, mode="token-mean")
+    assert metrics["actor/ppo_kl"] == 0.0
+    assert metrics["actor/pg_clipfrac"] == 0.0
+
+
+def test_update_changes_weights_and_reports_lr():
+    model = _model()
+    before = [p.detach().clone() for p in model.parameters()]
+    _, metrics = _grads_after_update(model, _batch(with_old=False), micro=6, mode="token-mean")
+    assert any(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
+    assert metrics["actor/lr"] == pytest.approx(1e-6)
+    assert metrics["actor/skipped_updates"] == 0.0
+
+
+def test_nan_loss_is_a_clear_error_and_weights_are_untouched():
+    model = _model()
+    batch = _batch(with_old=False)
+    batch.advantages[0, 0] = float("nan")
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(FloatingPointError, match="optim.lr"):
+        _grads_after_update(model, batch, micro=6, mode="token-mean")
+    assert all(torch.equal(b, p) for b, p in zip(before, model.parameters()))
