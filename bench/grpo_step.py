@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         measured = [grpo_step(run) for _ in range(args.steps)]
     peak, peak_kind = peak_memory_bytes(device)
     info = {
-        "model": model.name_or_path, "parameters": sum(p.numel() for p in model.parameters()),
+        "model": run.model_path, "parameters": sum(p.numel() for p in model.parameters()),
         "device": str(device), "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
         "threads": torch.get_num_threads(), "torch": torch.__version__,
         "transformers": transformers.__version__, "python": platform.python_version(),

@@ -22,7 +22,7 @@ from thinkrl.config.loading import config_to_dict
 from thinkrl.data.dataset import Prompt, PromptLoader, load_prompts
 from thinkrl.metrics import MetricsLog
 from thinkrl.models.loading import eos_token_ids, load_causal_lm, load_tokenizer
-from thinkrl.parallel.device import default_dtype, resolve_device
+from thinkrl.parallel.device import default_dtype, resolve_device, synchronizer
 from thinkrl.rewards.registry import Scorer, get_scorer
 from thinkrl.rollout.base import SamplingParams
 from thinkrl.rollout.native import NativeEngine
@@ -35,6 +35,8 @@ class Run:
     cfg: Config
     sizes: DerivedSizes
     run_dir: Path
+    model_path: str
+    """actor_rollout_ref.model.path with `builtin:` names resolved to folders."""
     tokenizer: object
     actor: ActorWorker
     reference: ReferenceWorker | None
@@ -47,6 +49,8 @@ class Run:
     val_sampling: SamplingParams
     total_steps: int
     metrics_log: MetricsLog
+    sync: Callable[[], None]
+    """Waits for the device's queued work (for honest stage timings)."""
 
     @property
     def on_policy(self) -> bool:
@@ -147,12 +151,13 @@ def build_run(cfg: Config, *, log=print) -> Run:
     run_dir.mkdir(parents=True, exist_ok=True)
     with (run_dir / "config.yaml").open("w") as f:
         yaml.safe_dump(config_to_dict(cfg), f, sort_keys=False)
-    return Run(cfg=cfg, sizes=sizes, run_dir=run_dir, tokenizer=tokenizer, actor=actor,
+    return Run(cfg=cfg, sizes=sizes, run_dir=run_dir, model_path=model_path, tokenizer=tokenizer, actor=actor,
                reference=reference, engine=engine, train_loader=train_loader,
                val_prompts=val_prompts, scorer_for=scorer_for,
                advantage_fn=get_advantage_estimator(cfg.algorithm.adv_estimator),
                sampling=sampling, val_sampling=val_sampling, total_steps=total_steps,
-               metrics_log=MetricsLog(run_dir, loggers=cfg.trainer.logger, print_fn=log))
+               metrics_log=MetricsLog(run_dir, loggers=cfg.trainer.logger, print_fn=log),
+               sync=synchronizer(device))
 
 
 def val_batch_size(cfg: Config, n_prompts: int) -> int:

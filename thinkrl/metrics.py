@@ -21,17 +21,22 @@ KNOWN_LOGGERS = ("console", "jsonl")
 
 
 class StageTimer:
-    """`with timer("gen"): ...` records `timing_s/gen`."""
+    """`with timer("gen"): ...` records `timing_s/gen`; `sync` waits for the
+    accelerator at both ends of a stage (asynchronous kernels otherwise bill
+    their time to whichever stage next waits for them)."""
 
-    def __init__(self) -> None:
+    def __init__(self, sync=lambda: None) -> None:
         self.seconds: dict[str, float] = {}
+        self.sync = sync
 
     @contextmanager
     def __call__(self, stage: str):
+        self.sync()
         start = time.perf_counter()
         try:
             yield
         finally:
+            self.sync()
             self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - start
 
     def metrics(self) -> dict[str, float]:

@@ -70,7 +70,7 @@ def train(cfg: Config, *, log=print) -> TrainResult:
 
 def grpo_step(run: Run) -> dict[str, float]:
     """Generate, score, estimate advantages, update the actor, sync weights."""
-    timer = StageTimer()
+    timer = StageTimer(run.sync)
     with timer("step"):
         prompts = run.train_loader.next_batch()
         with timer("gen"):

@@ -34,3 +34,13 @@ def default_dtype(device: torch.device, name: str) -> torch.dtype:
     if name == "auto":
         return torch.float32 if device.type == "cpu" else torch.bfloat16
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def synchronizer(device: torch.device):
+    """A function that waits for the device's queued work, so that stage
+    timings measure the work and not just its launch."""
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    if device.type == "npu":
+        return lambda: torch.npu.synchronize(device)
+    return lambda: None
