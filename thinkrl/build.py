@@ -147,7 +147,7 @@ def build_run(cfg: Config, *, log=print) -> Run:
                                   temperature=val.temperature, top_p=val.top_p, top_k=val.top_k,
                                   do_sample=val.do_sample)
 
-    run_dir = Path(cfg.trainer.default_local_dir).expanduser()
+    run_dir = Path(cfg.trainer.default_local_dir).expanduser().resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     with (run_dir / "config.yaml").open("w") as f:
         yaml.safe_dump(config_to_dict(cfg), f, sort_keys=False)

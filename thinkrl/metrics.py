@@ -88,6 +88,11 @@ class MetricsLog:
         self.console = "console" in loggers
         self.print = print_fn
         run_dir.mkdir(parents=True, exist_ok=True)
+        if self.path.exists() and self.path.stat().st_size > 0:
+            # A new run in an old run's folder: keep the old metrics, never mix them.
+            kept = _free_name(run_dir, "metrics.previous-{}.jsonl")
+            self.path.rename(kept)
+            print_fn(f"{run_dir} held metrics of an earlier run: kept them as {kept.name}")
 
     def log(self, metrics: dict[str, float], *, step: int) -> None:
         record = {"step": step, **{k: _plain(v) for k, v in sorted(metrics.items())}}
@@ -95,6 +100,13 @@ class MetricsLog:
             f.write(json.dumps(record) + "\n")
         if self.console:
             self.print(format_console(record))
+
+
+def _free_name(folder: Path, pattern: str) -> Path:
+    index = 1
+    while (folder / pattern.format(index)).exists():
+        index += 1
+    return folder / pattern.format(index)
 
 
 def _plain(value):

@@ -92,3 +92,11 @@ def test_cli_names_missing_data_file(asset_cache, tiny_model_dir, tmp_path, caps
     assert code == 2
     err = capsys.readouterr().err
     assert "trian.parquet" in err and "train.parquet" in err
+
+
+def test_new_run_in_an_old_run_folder_keeps_old_metrics(asset_cache, tiny_model_dir, tmp_path):
+    _run(tiny_model_dir, tmp_path / "run", "trainer.val_before_train=False")
+    _, records = _run(tiny_model_dir, tmp_path / "run", "trainer.val_before_train=False")
+    assert [r["step"] for r in records] == [1, 2]  # only the new run's steps
+    kept = json.loads((tmp_path / "run" / "metrics.previous-1.jsonl").read_text().splitlines()[0])
+    assert kept["step"] == 1

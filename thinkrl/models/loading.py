@@ -44,6 +44,9 @@ def load_causal_lm(path: str, *, dtype: torch.dtype, device: torch.device,
                    trust_remote_code: bool = False, override_config: dict | None = None,
                    gradient_checkpointing: bool = False) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # our own progress bar is the one that matters
 
     try:
         model = AutoModelForCausalLM.from_pretrained(

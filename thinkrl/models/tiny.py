@@ -10,6 +10,7 @@ code that loads Qwen2.5-7B, so the tiny run exercises the real path.
 from __future__ import annotations
 
 import math
+import os
 import random
 import shutil
 import time
@@ -161,7 +162,10 @@ def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec = TinyModelSpec(),
     log(f"building the tiny base model ({n_params / 1e6:.2f}M parameters, Qwen2 architecture) "
         f"in {out_dir}")
     pretrain(model, tokenizer, pairs, spec, log=log)
-    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    tmp = out_dir.with_name(f"{out_dir.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
