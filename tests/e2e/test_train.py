@@ -100,3 +100,12 @@ def test_new_run_in_an_old_run_folder_keeps_old_metrics(asset_cache, tiny_model_
     assert [r["step"] for r in records] == [1, 2]  # only the new run's steps
     kept = json.loads((tmp_path / "run" / "metrics.previous-1.jsonl").read_text().splitlines()[0])
     assert kept["step"] == 1
+
+
+def test_gradient_checkpointing_gives_the_same_update(asset_cache, tiny_model_dir, tmp_path):
+    _, plain = _run(tiny_model_dir, tmp_path / "a", "trainer.val_before_train=False")
+    _, checkpointed = _run(tiny_model_dir, tmp_path / "b", "trainer.val_before_train=False",
+                           "actor_rollout_ref.model.enable_gradient_checkpointing=True")
+    for a, b in zip(plain, checkpointed):
+        assert a["actor/grad_norm"] == pytest.approx(b["actor/grad_norm"], rel=1e-4)
+        assert a["critic/score/mean"] == b["critic/score/mean"]

@@ -7,10 +7,29 @@ at column P - 1 + t, so only the last R + 1 positions' logits are computed.
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 import torch
 from torch import Tensor
 
 from thinkrl.models.logprobs import entropy_from_logits, logprobs_from_logits
+
+
+def last_logits(model: torch.nn.Module, keep: int, **inputs) -> tuple[Tensor, object]:
+    """The logits of the last `keep` positions [N, keep, V] and the model output.
+    Asks the model to compute only those (`logits_to_keep`) when it can: a
+    150k-token vocabulary over every prompt position would dwarf the rest."""
+    if _accepts_logits_to_keep(type(model)):
+        out = model(**inputs, logits_to_keep=keep)
+        return out.logits[:, -keep:, :], out
+    out = model(**inputs)  # custom (remote-code) models may lack the argument
+    return out.logits[:, -keep:, :], out
+
+
+@functools.cache
+def _accepts_logits_to_keep(model_class: type) -> bool:
+    return "logits_to_keep" in inspect.signature(model_class.forward).parameters
 
 
 def response_logprobs(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor,
@@ -24,9 +43,10 @@ def response_logprobs(model: torch.nn.Module, input_ids: Tensor, attention_mask:
 
     Dividing by the sampling temperature makes these the log-probs of the
     distribution the responses were actually drawn from (as verl does)."""
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                use_cache=False, logits_to_keep=response_length + 1)
-    logits = out.logits[:, :-1, :]  # [N, R, V]
+    logits, _ = last_logits(model, response_length + 1, input_ids=input_ids,
+                            attention_mask=attention_mask, position_ids=position_ids,
+                            use_cache=False)
+    logits = logits[:, :-1, :]  # [N, R, V]
     if temperature != 1.0 and temperature > 0:
         logits = logits / temperature
     labels = input_ids[:, -response_length:]

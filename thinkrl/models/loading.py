@@ -53,8 +53,13 @@ def load_causal_lm(path: str, *, dtype: torch.dtype, device: torch.device,
             path, dtype=dtype, trust_remote_code=trust_remote_code, **(override_config or {}))
     except (OSError, ValueError) as err:
         raise _explain(path, "model", err) from None
+    disable_dropout(model)
     if gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        kwargs = {"use_reentrant": False}
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     return model.to(device)
 
 
@@ -66,3 +71,16 @@ def eos_token_ids(tokenizer, model) -> list[int]:
     gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     ids.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
     return sorted(i for i in ids if i is not None)
+
+
+def disable_dropout(model: torch.nn.Module) -> None:
+    """RL needs pi_old, pi and pi_ref to be the same function of the weights:
+    with dropout, the training forward and the log-prob forward would disagree
+    and the importance ratio would be noise. (Train mode stays on, since
+    gradient checkpointing in transformers only acts in train mode.)"""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        # transformers' attention layers apply their dropout functionally
+        if isinstance(getattr(module, "attention_dropout", None), float):
+            module.attention_dropout = 0.0

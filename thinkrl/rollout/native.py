@@ -18,6 +18,7 @@ import inspect
 import torch
 from torch import Tensor
 
+from thinkrl.models.forward import last_logits
 from thinkrl.records import FINISH_LENGTH, FINISH_STOP, PromptBatch, Rollouts
 from thinkrl.rollout.base import SamplingParams
 
@@ -92,14 +93,14 @@ class NativeEngine:
         next_position = position_ids[:, -1:] + 1  # [N, 1]
         cache = DynamicCache()
         cache_kwargs = {self._cache_arg: cache}  # filled in place by every forward
-        out = self.model(input_ids=prompt_ids.to(device), attention_mask=attention_mask,
-                         position_ids=position_ids, use_cache=True, logits_to_keep=1,
-                         **cache_kwargs)
+        logits, _ = last_logits(self.model, 1, input_ids=prompt_ids.to(device),
+                                attention_mask=attention_mask, position_ids=position_ids,
+                                use_cache=True, **cache_kwargs)
 
         tokens, logprobs = [], []
         finished = torch.zeros(n, dtype=torch.bool, device=device)
         for step in range(params.max_tokens):
-            logits = out.logits[:, -1, :].float()  # [N, V]
+            logits = logits[:, -1, :].float()  # [N, V]
             token, logprob = self._sample(logits, params)
             token = torch.where(finished, torch.full_like(token, self.pad_token_id), token)
             tokens.append(token)
@@ -109,8 +110,8 @@ class NativeEngine:
             if bool(finished.all()) or step + 1 == params.max_tokens:
                 break
             attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], 1)
-            out = self.model(input_ids=token[:, None], attention_mask=attention_mask,
-                             position_ids=next_position, use_cache=True, **cache_kwargs)
+            logits = self.model(input_ids=token[:, None], attention_mask=attention_mask,
+                                position_ids=next_position, use_cache=True, **cache_kwargs).logits
             next_position = next_position + 1
 
         response_ids = torch.stack(tokens, dim=1).cpu()  # [N, R]
