@@ -17,6 +17,7 @@ import yaml
 
 from thinkrl import builtin
 from thinkrl.algos.advantages import get_advantage_estimator
+from thinkrl.algos.kl_control import KLController
 from thinkrl.config import Config, DerivedSizes, inactive_settings, validate
 from thinkrl.config.loading import config_to_dict
 from thinkrl.data.dataset import Prompt, PromptLoader, load_prompts
@@ -49,6 +50,8 @@ class Run:
     val_sampling: SamplingParams
     total_steps: int
     metrics_log: MetricsLog
+    kl_controller: KLController | None
+    """beta of the KL penalty in the reward (algorithm.use_kl_in_reward)."""
     sync: Callable[[], None]
     """Waits for the device's queued work (for honest stage timings)."""
 
@@ -157,7 +160,15 @@ def build_run(cfg: Config, *, log=print) -> Run:
                advantage_fn=get_advantage_estimator(cfg.algorithm.adv_estimator),
                sampling=sampling, val_sampling=val_sampling, total_steps=total_steps,
                metrics_log=MetricsLog(run_dir, loggers=cfg.trainer.logger, print_fn=log),
-               sync=synchronizer(device))
+               kl_controller=_kl_controller(cfg), sync=synchronizer(device))
+
+
+def _kl_controller(cfg: Config) -> KLController | None:
+    if not cfg.algorithm.use_kl_in_reward:
+        return None
+    ctrl = cfg.algorithm.kl_ctrl
+    return KLController(value=ctrl.kl_coef, adaptive=ctrl.type == "adaptive",
+                        target_kl=ctrl.target_kl, horizon=ctrl.horizon)
 
 
 def val_batch_size(cfg: Config, n_prompts: int) -> int:

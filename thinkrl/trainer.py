@@ -77,25 +77,15 @@ def grpo_step(run: Run) -> dict[str, float]:
             rollouts = run.engine.generate(prompts, run.sampling)
         with timer("reward"):
             scored = score_rollouts(rollouts, run.tokenizer, scorer_for=run.scorer_for)
-        input_ids, attention_mask, position_ids = rollouts.sequences()
-        response_length = rollouts.response_ids.shape[1]
         with timer("old_log_prob"):
-            old_logprobs = None if run.on_policy and not run.cfg.algorithm.use_kl_in_reward else (
-                run.actor.compute_log_prob(input_ids, attention_mask, position_ids,
-                                           response_length=response_length))
+            old_logprobs = old_policy_logprobs(run, rollouts)
         with timer("ref"):
-            ref_logprobs = None if run.reference is None else (
-                run.reference.compute_ref_log_prob(input_ids, attention_mask, position_ids,
-                                                   response_length=response_length))
+            ref_logprobs = reference_logprobs(run, rollouts)
         with timer("adv"):
             rewards, kl_metrics = shaped_rewards(run, rollouts, scored.scores, old_logprobs,
                                                  ref_logprobs)
             advantages = compute_advantages(run, rollouts, rewards)
-        batch = TrainBatch(input_ids=input_ids, attention_mask=attention_mask,
-                           position_ids=position_ids,
-                           response_mask=rollouts.response_mask.float(), advantages=advantages,
-                           old_logprobs=None if run.on_policy else old_logprobs,
-                           ref_logprobs=ref_logprobs if run.cfg.actor_rollout_ref.actor.use_kl_loss else None)
+        batch = train_batch(run, rollouts, advantages, old_logprobs, ref_logprobs)
         with timer("update_actor"):
             actor_metrics = run.actor.update_policy(
                 batch, mini_batch_size=run.sizes.responses_per_mini_batch)
@@ -111,21 +101,35 @@ def grpo_step(run: Run) -> dict[str, float]:
     return metrics
 
 
+def old_policy_logprobs(run: Run, rollouts: Rollouts) -> torch.Tensor | None:
+    """log pi_old [N, R]: None when the update is exactly on-policy (pi_old is
+    then the actor's own forward) unless the KL-in-reward needs it."""
+    if run.on_policy and not run.cfg.algorithm.use_kl_in_reward:
+        return None
+    return run.actor.compute_log_prob(*rollouts.sequences(),
+                                      response_length=rollouts.response_ids.shape[1])
+
+
+def reference_logprobs(run: Run, rollouts: Rollouts) -> torch.Tensor | None:
+    """log pi_ref [N, R], when a KL term needs it."""
+    if run.reference is None:
+        return None
+    return run.reference.compute_ref_log_prob(*rollouts.sequences(),
+                                              response_length=rollouts.response_ids.shape[1])
+
+
 def shaped_rewards(run: Run, rollouts: Rollouts, scores: torch.Tensor, old_logprobs,
                    ref_logprobs) -> tuple[torch.Tensor, dict[str, float]]:
-    """Scores on the last token; with algorithm.use_kl_in_reward, minus
-    beta * KL(pi_old || pi_ref) on every token (beta fixed or adaptive)."""
-    mask = rollouts.response_mask.float()
+    """Scores on the last token [N, R]; with algorithm.use_kl_in_reward, minus
+    beta * KL(pi_old || pi_ref) on every response token."""
     rewards = token_level_rewards(scores, rollouts.response_mask)
-    algo = run.cfg.algorithm
-    if not algo.use_kl_in_reward:
+    if run.kl_controller is None:
         return rewards, {}
-    kl = get_kl_estimator(algo.kl_penalty)(old_logprobs, ref_logprobs) * mask  # [N, R]
-    beta = algo.kl_ctrl.kl_coef
+    mask = rollouts.response_mask.float()
+    kl = get_kl_estimator(run.cfg.algorithm.kl_penalty)(old_logprobs, ref_logprobs) * mask
+    beta = run.kl_controller.value
     mean_kl = (kl.sum(-1) / mask.sum(-1).clamp(min=1)).mean().item()
-    if algo.kl_ctrl.type == "adaptive":  # proportional controller (Ziegler et al., 2019)
-        error = max(-0.2, min(0.2, mean_kl / algo.kl_ctrl.target_kl - 1))
-        algo.kl_ctrl.kl_coef = beta * (1 + error * len(rollouts) / algo.kl_ctrl.horizon)
+    run.kl_controller.update(mean_kl, n_sequences=len(rollouts))
     return rewards - beta * kl, {"actor/reward_kl_penalty": mean_kl,
                                  "actor/reward_kl_penalty_coeff": beta}
 
@@ -133,6 +137,16 @@ def shaped_rewards(run: Run, rollouts: Rollouts, scores: torch.Tensor, old_logpr
 def compute_advantages(run: Run, rollouts: Rollouts, rewards: torch.Tensor) -> torch.Tensor:
     return run.advantage_fn(rewards, rollouts.response_mask.float(), rollouts.group_ids,
                             norm_adv_by_std_in_grpo=run.cfg.algorithm.norm_adv_by_std_in_grpo)
+
+
+def train_batch(run: Run, rollouts: Rollouts, advantages: torch.Tensor, old_logprobs,
+                ref_logprobs) -> TrainBatch:
+    input_ids, attention_mask, position_ids = rollouts.sequences()
+    return TrainBatch(input_ids=input_ids, attention_mask=attention_mask,
+                      position_ids=position_ids, response_mask=rollouts.response_mask.float(),
+                      advantages=advantages,
+                      old_logprobs=None if run.on_policy else old_logprobs,
+                      ref_logprobs=ref_logprobs if run.actor.kl_estimator is not None else None)
 
 
 def validate(run: Run) -> dict[str, float]:

@@ -109,3 +109,19 @@ def test_gradient_checkpointing_gives_the_same_update(asset_cache, tiny_model_di
     for a, b in zip(plain, checkpointed):
         assert a["actor/grad_norm"] == pytest.approx(b["actor/grad_norm"], rel=1e-4)
         assert a["critic/score/mean"] == b["critic/score/mean"]
+
+
+@pytest.mark.parametrize("kind", ["fixed", "adaptive"])
+def test_kl_penalty_in_reward(asset_cache, tiny_model_dir, tmp_path, kind):
+    _, records = _run(tiny_model_dir, tmp_path / "run", "trainer.val_before_train=False",
+                      "actor_rollout_ref.actor.use_kl_loss=False",
+                      "algorithm.use_kl_in_reward=True", f"algorithm.kl_ctrl.type={kind}",
+                      "algorithm.kl_ctrl.kl_coef=0.05", "actor_rollout_ref.actor.optim.lr=1e-3")
+    assert "actor/kl_loss" not in records[0]
+    assert records[0]["actor/reward_kl_penalty"] == pytest.approx(0.0, abs=1e-6)  # pi = pi_ref
+    assert records[1]["actor/reward_kl_penalty"] != 0  # the policy moved after step 1 (k1 may be < 0)
+    assert records[0]["actor/reward_kl_penalty_coeff"] == 0.05
+    if kind == "adaptive":  # step 1's KL of ~0 < target: beta shrinks
+        assert records[1]["actor/reward_kl_penalty_coeff"] < 0.05
+    else:
+        assert records[1]["actor/reward_kl_penalty_coeff"] == 0.05
