@@ -21,8 +21,6 @@ import copy
 import dataclasses
 import difflib
 import functools
-import re
-import types
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -31,13 +29,12 @@ from typing import Any
 import yaml
 
 from thinkrl.config.schema import Config
+from thinkrl.config.values import (INTERPOLATION, INVALID, coerce, has_interpolation,
+                                   is_dataclass_type, is_dict_type, type_text)
 
 __all__ = ["config_to_dict", "flatten_keys", "load_config"]
 
 _RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
-_INTERPOLATION = re.compile(r"\$\{([^${}]*)\}")
-_NULLS = frozenset({"null", "Null", "NULL", "None", "~"})
-_BOOL_TEXT = {"true": True, "false": False, "1": True, "0": False}
 
 
 def load_config(recipe: str | Path | None = None, overrides: Sequence[str] = ()) -> Config:
@@ -69,7 +66,7 @@ def flatten_keys(cfg: Any) -> list[str]:
     cls = cfg if isinstance(cfg, type) else type(cfg)
     keys: list[str] = []
     for name, tp in _hints(cls).items():
-        if _is_dataclass_type(tp):
+        if is_dataclass_type(tp):
             keys.extend(f"{name}.{sub}" for sub in flatten_keys(tp))
         else:
             keys.append(name)
@@ -156,7 +153,7 @@ def _assign(cfg: Config, key: str, value: Any, raw: str | None, *, add: bool, re
             if part not in hints:
                 raise ValueError(f"{source}: unknown config key {key!r}; {_did_you_mean(key)}")
             tp = hints[part]
-            if _is_dataclass_type(tp):
+            if is_dataclass_type(tp):
                 if not last:
                     node = getattr(node, part)
                     continue
@@ -172,9 +169,9 @@ def _assign(cfg: Config, key: str, value: Any, raw: str | None, *, add: bool, re
             if last:
                 _set_field(node, part, tp, value, raw, key=path, replace=replace, source=source)
                 return
-            if not _is_dict_type(tp):
+            if not is_dict_type(tp):
                 raise ValueError(
-                    f"{source}: {path} is a single value ({_type_text(tp)}), so it has no key "
+                    f"{source}: {path} is a single value ({type_text(tp)}), so it has no key "
                     f"{parts[i + 1]!r}; did you mean {path}=...?"
                 )
             node = getattr(node, part)
@@ -200,14 +197,14 @@ def _assign(cfg: Config, key: str, value: Any, raw: str | None, *, add: bool, re
 def _set_field(
     node: Any, name: str, tp: Any, value: Any, raw: str | None, *, key: str, replace: bool, source: str
 ) -> None:
-    if _has_interpolation(value) and isinstance(value, str):
+    if has_interpolation(value) and isinstance(value, str):
         setattr(node, name, value)  # typed after ${...} is resolved
         return
-    if _is_dict_type(tp) and isinstance(value, Mapping) and not replace:
+    if is_dict_type(tp) and isinstance(value, Mapping) and not replace:
         _deep_merge(getattr(node, name), value)
         return
     example = _field_default(type(node), name)
-    setattr(node, name, _coerce(value, raw, tp, key=key, example=example, source=source))
+    setattr(node, name, coerce(value, raw, tp, key=key, example=example, source=source))
 
 
 def _deep_merge(target: dict[str, Any], extra: Mapping[str, Any]) -> None:
@@ -216,131 +213,6 @@ def _deep_merge(target: dict[str, Any], extra: Mapping[str, Any]) -> None:
             _deep_merge(target[k], v)
         else:
             target[k] = copy.deepcopy(v)
-
-
-# --- types -------------------------------------------------------------------------
-
-def _coerce(value: Any, raw: str | None, tp: Any, *, key: str, example: Any, source: str) -> Any:
-    """Convert ``value`` (``raw``: its command-line text) to ``tp`` or raise a ValueError."""
-    converted = _convert(value, raw, tp)
-    if converted is _INVALID:
-        shown = raw if raw is not None else _render(value)
-        raise ValueError(
-            f"{source}: {key} expects {_type_text(tp)}, got {shown!r}; e.g. {key}={_render_example(tp, example)}"
-        )
-    return converted
-
-
-_INVALID = object()
-
-
-def _convert(value: Any, raw: str | None, tp: Any) -> Any:
-    """``value`` as type ``tp``, or ``_INVALID``."""
-    if _is_union(tp):
-        args = typing.get_args(tp)
-        if type(None) in args and _is_null(value, raw):
-            return None
-        options = [a for a in args if a is not type(None)]
-        if set(options) == {str, list[str]}:
-            as_list = isinstance(value, list) and not (raw is not None and _is_quoted(raw))
-            return _convert(value, raw, list[str] if as_list else str)
-        (option,) = options
-        return _convert(value, raw, option)
-    origin = typing.get_origin(tp)
-    if tp is bool:
-        if raw is not None:
-            text = raw.strip()[1:-1] if _is_quoted(raw) else raw
-            return _BOOL_TEXT.get(text.strip().lower(), _INVALID)
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, int) and value in (0, 1):
-            return bool(value)
-        return _BOOL_TEXT.get(value.strip().lower(), _INVALID) if isinstance(value, str) else _INVALID
-    if tp is int:
-        number = _number(value)
-        return int(number) if number is not None and float(number).is_integer() else _INVALID
-    if tp is float:
-        number = _number(value)
-        return float(number) if number is not None else _INVALID
-    if tp is str:
-        if raw is not None:
-            return value if _is_quoted(raw) and isinstance(value, str) else raw
-        if isinstance(value, (int, float, str)) and not isinstance(value, bool):
-            return str(value)
-        return _INVALID
-    if origin is list:
-        (item_tp,) = typing.get_args(tp)
-        items = value if isinstance(value, list) else [value] if item_tp is str else None
-        if items is None:
-            return _INVALID
-        out = [_convert(item, None, item_tp) for item in items]
-        return _INVALID if any(o is _INVALID for o in out) else out
-    if tp is dict or origin is dict:
-        return copy.deepcopy(dict(value)) if isinstance(value, Mapping) else _INVALID
-    raise AssertionError(f"config type {tp!r} has no converter")
-
-
-def _number(value: Any) -> int | float | None:
-    if isinstance(value, str):
-        for parse in (int, float):  # PyYAML reads "1e-6" (no dot) as a string
-            try:
-                return parse(value.strip())
-            except ValueError:
-                pass
-    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _type_text(tp: Any) -> str:
-    if _is_union(tp):
-        return " or ".join(_type_text(a) for a in typing.get_args(tp))
-    if tp is type(None):
-        return "null"
-    origin = typing.get_origin(tp)
-    if origin is list:
-        return f"a list of {_type_text(typing.get_args(tp)[0]).split(' ', 1)[1]}s"
-    if tp is dict or origin is dict:
-        return "a mapping"
-    return {bool: "a boolean (true/false)", int: "an integer", float: "a number", str: "a string"}[tp]
-
-
-def _render_example(tp: Any, example: Any) -> str:
-    if example is None or _has_interpolation(example):
-        first = ([a for a in typing.get_args(tp) if a is not type(None)] or [tp])[0]
-        fallback = {"key": 1} if _is_dict_type(first) else ["a"]
-        example = {bool: True, int: 4, float: 0.5, str: "value"}.get(first, fallback)
-    return _render(example)
-
-
-def _render(value: Any) -> str:
-    """``value`` as it would be written on the command line."""
-    if isinstance(value, list):
-        return "[" + ",".join(map(_render, value)) + "]"
-    if isinstance(value, dict):
-        return yaml.safe_dump(value, default_flow_style=True, width=10_000).strip()
-    return "null" if value is None else str(value)
-
-
-def _is_union(tp: Any) -> bool:
-    return typing.get_origin(tp) in (typing.Union, types.UnionType)
-
-
-def _is_dict_type(tp: Any) -> bool:
-    return tp is dict or typing.get_origin(tp) is dict
-
-
-def _is_dataclass_type(tp: Any) -> bool:
-    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
-
-
-def _is_null(value: Any, raw: str | None) -> bool:
-    if raw is not None and _is_quoted(raw):
-        return False
-    return value is None or (isinstance(value, str) and value.strip() in _NULLS)
-
-
-def _is_quoted(raw: str) -> bool:
-    raw = raw.strip()
-    return len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\""
 
 
 @functools.lru_cache(maxsize=None)
@@ -383,32 +255,26 @@ def _did_you_mean(key: str) -> str:
 
 # --- ${a.b.c} interpolation --------------------------------------------------------
 
-def _has_interpolation(value: Any) -> bool:
-    if isinstance(value, (list, dict)):
-        return any(map(_has_interpolation, value.values() if isinstance(value, dict) else value))
-    return isinstance(value, str) and "${" in value
-
-
 def _resolve_key(cfg: Config, key: str, stack: tuple[str, ...]) -> Any:
     """Value of leaf ``key`` with its ``${...}`` resolved (and stored back, typed)."""
     node: Any = cfg
     for part in key.split("."):
         if not dataclasses.is_dataclass(node) or part not in _hints(type(node)):
-            node = _INVALID
+            node = INVALID
             break
         owner, node = node, getattr(node, part)
-    if node is _INVALID or dataclasses.is_dataclass(node):
+    if node is INVALID or dataclasses.is_dataclass(node):
         where = f" (in {stack[-1]})" if stack else ""
         raise ValueError(f"${{{key}}}{where} does not name a config value; {_did_you_mean(key)}")
     name = key.rsplit(".", 1)[-1]
-    if not _has_interpolation(node):
+    if not has_interpolation(node):
         return node
     if key in stack:
         chain = " -> ".join((*stack[stack.index(key) :], key))
         raise ValueError(f"config references form a loop: {chain}; make one of them a plain value.")
     resolved = _interpolate(cfg, node, (*stack, key))
     tp, example = _hints(type(owner))[name], _field_default(type(owner), name)
-    typed = _coerce(resolved, None, tp, key=key, example=example, source=f"after resolving {node!r}")
+    typed = coerce(resolved, None, tp, key=key, example=example, source=f"after resolving {node!r}")
     setattr(owner, name, typed)
     return typed
 
@@ -420,16 +286,16 @@ def _interpolate(cfg: Config, value: Any, stack: tuple[str, ...]) -> Any:
         return {k: _interpolate(cfg, v, stack) for k, v in value.items()}
     if not isinstance(value, str) or "${" not in value:
         return value
-    for ref in _INTERPOLATION.findall(value):
+    for ref in INTERPOLATION.findall(value):
         if ":" in ref or not ref.strip():
             raise ValueError(
                 f"{stack[-1]}: '${{{ref}}}' is not supported; only references to other keys, "
                 f"like ${{trainer.project_name}}, are."
             )
-    whole = _INTERPOLATION.fullmatch(value)
+    whole = INTERPOLATION.fullmatch(value)
     if whole:  # a lone reference keeps the referenced value's type
         return _resolve_key(cfg, whole.group(1).strip(), stack)
-    text = _INTERPOLATION.sub(lambda m: str(_resolve_key(cfg, m.group(1).strip(), stack)), value)
+    text = INTERPOLATION.sub(lambda m: str(_resolve_key(cfg, m.group(1).strip(), stack)), value)
     if "${" in text:
         raise ValueError(f"{stack[-1]}: could not resolve {value!r}; write references as ${{section.key}}.")
     return text
