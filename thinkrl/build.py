@@ -23,7 +23,7 @@ from thinkrl.config.loading import config_to_dict
 from thinkrl.data.dataset import Prompt, PromptLoader, load_prompts
 from thinkrl.metrics import MetricsLog
 from thinkrl.models.loading import eos_token_ids, load_causal_lm, load_tokenizer
-from thinkrl.parallel.device import default_dtype, resolve_device, synchronizer
+from thinkrl.parallel.device import autocast, compute_dtype, resolve_device, synchronizer
 from thinkrl.rewards.registry import Scorer, get_scorer
 from thinkrl.rollout.base import SamplingParams
 from thinkrl.rollout.native import NativeEngine
@@ -123,7 +123,8 @@ def build_run(cfg: Config, *, log=print) -> Run:
         cfg.trainer.total_epochs * train_loader.batches_per_epoch)
     arr.actor.optim.total_training_steps = total_steps
 
-    model = load_causal_lm(model_path, dtype=default_dtype(device, arr.model.dtype), device=device,
+    mixed_precision = autocast(device, compute_dtype(device, arr.model.dtype))
+    model = load_causal_lm(model_path, dtype=torch.float32, device=device,
                            trust_remote_code=arr.model.trust_remote_code,
                            override_config=arr.model.override_config,
                            gradient_checkpointing=arr.model.enable_gradient_checkpointing)
@@ -132,15 +133,16 @@ def build_run(cfg: Config, *, log=print) -> Run:
                         micro_batch_size=sizes.micro_batch_size_per_device,
                         log_prob_micro_batch_size=sizes.log_prob_micro_batch_size_per_device,
                         temperature=rollout.temperature,
-                        max_response_length=sizes.response_length, seed=cfg.trainer.seed)
+                        max_response_length=sizes.response_length, seed=cfg.trainer.seed,
+                        autocast=mixed_precision)
     reference = None
     if arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward:
         reference = ReferenceWorker.frozen_copy_of(
             model, micro_batch_size=sizes.ref_log_prob_micro_batch_size_per_device,
-            temperature=rollout.temperature)
+            temperature=rollout.temperature, autocast=mixed_precision)
     engine = NativeEngine(model, eos_token_ids=eos_token_ids(tokenizer, model),
                           pad_token_id=tokenizer.pad_token_id,
-                          seed=cfg.trainer.seed * 1000 + rollout.seed)
+                          seed=cfg.trainer.seed * 1000 + rollout.seed, autocast=mixed_precision)
     sampling = SamplingParams(n=rollout.n, max_tokens=sizes.response_length,
                               temperature=rollout.temperature, top_p=rollout.top_p,
                               top_k=rollout.top_k, do_sample=rollout.do_sample,

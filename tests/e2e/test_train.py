@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from thinkrl.cli import main, recipe_path
 from thinkrl.config import load_config
@@ -125,3 +126,19 @@ def test_kl_penalty_in_reward(asset_cache, tiny_model_dir, tmp_path, kind):
         assert records[1]["actor/reward_kl_penalty_coeff"] < 0.05
     else:
         assert records[1]["actor/reward_kl_penalty_coeff"] == 0.05
+
+
+def test_bfloat16_compute_keeps_float32_master_weights(asset_cache, tiny_model_dir, tmp_path):
+    # Mixed precision on the CPU: forward passes in bfloat16 (autocast), the
+    # weights AdamW updates in float32, so small updates are not rounded away.
+    from thinkrl.build import build_run
+    from thinkrl.trainer import grpo_step
+
+    cfg = load_config(recipe_path("tiny"), _overrides(
+        tiny_model_dir, tmp_path / "run", "actor_rollout_ref.model.dtype=bfloat16"))
+    run = build_run(cfg, log=lambda *_: None)
+    before = [p.detach().clone() for p in run.actor.model.parameters()]
+    metrics = grpo_step(run)
+    assert all(p.dtype == torch.float32 for p in run.actor.model.parameters())
+    assert any(not torch.equal(b, p) for b, p in zip(before, run.actor.model.parameters()))
+    assert metrics["actor/skipped_updates"] == 0

@@ -91,7 +91,8 @@ class ModelConfig:
     use_fused_kernels: bool = False
     """verl: fused log-prob/entropy kernels."""
     dtype: str = "auto"
-    """Training weights: "auto" (float32 on CPU, bfloat16 on accelerators), "float32", "bfloat16", "float16"."""
+    """Compute dtype of forward passes: "auto" (float32 on CPU, bfloat16 on accelerators), "float32",
+    "bfloat16", "float16". Weights and optimizer states stay float32 (mixed precision)."""
 
 
 @dataclass

@@ -7,6 +7,7 @@ at column P - 1 + t, so only the last R + 1 positions' logits are computed.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 
@@ -61,7 +62,7 @@ def response_logprobs(model: torch.nn.Module, input_ids: Tensor, attention_mask:
 @torch.no_grad()
 def batched_response_logprobs(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor,
                               position_ids: Tensor, *, response_length: int, temperature: float,
-                              micro_batch_size: int) -> Tensor:
+                              micro_batch_size: int, autocast=contextlib.nullcontext) -> Tensor:
     """`response_logprobs` without gradient, `micro_batch_size` rows at a time.
     CPU tensors in, CPU [N, R] out."""
     device = next(model.parameters()).device
@@ -71,10 +72,11 @@ def batched_response_logprobs(model: torch.nn.Module, input_ids: Tensor, attenti
     try:
         for start in range(0, input_ids.shape[0], micro_batch_size):
             rows = slice(start, start + micro_batch_size)
-            logprobs, _ = response_logprobs(
-                model, input_ids[rows].to(device), attention_mask[rows].to(device),
-                position_ids[rows].to(device), response_length=response_length,
-                temperature=temperature)
+            with autocast():
+                logprobs, _ = response_logprobs(
+                    model, input_ids[rows].to(device), attention_mask[rows].to(device),
+                    position_ids[rows].to(device), response_length=response_length,
+                    temperature=temperature)
             chunks.append(logprobs.float().cpu())
     finally:
         model.train(was_training)

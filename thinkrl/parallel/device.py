@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 
 import torch
@@ -29,11 +30,24 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def default_dtype(device: torch.device, name: str) -> torch.dtype:
-    """model.dtype -> torch dtype; `auto` is float32 on CPU, bfloat16 on accelerators."""
+def compute_dtype(device: torch.device, name: str) -> torch.dtype:
+    """actor_rollout_ref.model.dtype -> the dtype matmuls run in; `auto` is
+    float32 on CPU and bfloat16 on accelerators. Parameters and optimizer
+    states stay float32 whatever this says (see `autocast`)."""
     if name == "auto":
         return torch.float32 if device.type == "cpu" else torch.bfloat16
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def autocast(device: torch.device, dtype: torch.dtype):
+    """A factory of contexts in which forward passes compute in `dtype`.
+
+    Mixed precision, not low-precision weights: an AdamW step of lr 1e-6 on a
+    bfloat16 weight of magnitude 1e-2 rounds away entirely (bfloat16 keeps ~3
+    significant digits), so the master weights must stay float32."""
+    if dtype == torch.float32:
+        return contextlib.nullcontext
+    return lambda: torch.autocast(device_type=device.type, dtype=dtype)
 
 
 def synchronizer(device: torch.device):

@@ -11,8 +11,9 @@ unfinished row, reusing the model's KV cache. A row finishes at EOS (unless
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, ContextManager, Iterable
 
+import contextlib
 import inspect
 
 import torch
@@ -44,11 +45,15 @@ class NativeEngine:
     actor's optimizer step is already the weight sync."""
 
     def __init__(self, model: torch.nn.Module, *, eos_token_ids: list[int], pad_token_id: int,
-                 seed: int = 0) -> None:
+                 seed: int = 0,
+                 autocast: Callable[[], ContextManager] = contextlib.nullcontext) -> None:
         self.model = model
         self.eos_token_ids = torch.tensor(sorted(set(eos_token_ids)), dtype=torch.long)
         self.pad_token_id = pad_token_id
-        self.generator = torch.Generator(device="cpu").manual_seed(seed)
+        self.autocast = autocast
+        # Sampling happens where the logits are: copying [N, V] probabilities
+        # to the host every token would cost more than the forward pass.
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
         # transformers 5 renamed the KV-cache argument `past_key_values` to `cache`.
         forward_args = inspect.signature(model.forward).parameters
         self._cache_arg = "cache" if "cache" in forward_args else "past_key_values"
@@ -75,7 +80,8 @@ class NativeEngine:
         was_training = self.model.training
         self.model.eval()
         try:
-            return self._generate(prompts, params)
+            with self.autocast():
+                return self._generate(prompts, params)
         finally:
             self.model.train(was_training)
 
@@ -136,7 +142,7 @@ class NativeEngine:
         logp = torch.log_softmax(scaled, -1)
         filtered = filter_logits(scaled, top_k=params.top_k, top_p=params.top_p)
         probs = torch.softmax(filtered, -1)
-        token = torch.multinomial(probs.cpu(), 1, generator=self.generator)[:, 0].to(logits.device)
+        token = torch.multinomial(probs, 1, generator=self.generator)[:, 0]
         return token, logp.gather(-1, token[:, None])[:, 0]
 
     def _response_mask(self, response_ids: Tensor, ignore_eos: bool) -> Tensor:

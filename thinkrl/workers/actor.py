@@ -11,7 +11,9 @@ Shapes: N responses, P prompt tokens, R response tokens.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from typing import Callable, ContextManager
 
 import torch
 from torch import Tensor
@@ -44,7 +46,8 @@ def make_lr_schedule(optimizer: torch.optim.Optimizer, cfg: OptimConfig, *, tota
 class ActorWorker:
     def __init__(self, model: torch.nn.Module, cfg: ActorConfig, *, total_steps: int,
                  micro_batch_size: int, log_prob_micro_batch_size: int, temperature: float,
-                 max_response_length: int, seed: int) -> None:
+                 max_response_length: int, seed: int,
+                 autocast: Callable[[], ContextManager] = contextlib.nullcontext) -> None:
         self.model, self.cfg = model, cfg
         self.micro_batch_size = micro_batch_size
         self.log_prob_micro_batch_size = log_prob_micro_batch_size
@@ -53,6 +56,7 @@ class ActorWorker:
         # divisor must stay constant from step to step.
         self.max_response_length = max_response_length
         self.device = next(model.parameters()).device
+        self.autocast = autocast
         self.optimizer = torch.optim.AdamW(
             [p for p in model.parameters() if p.requires_grad], lr=cfg.optim.lr,
             betas=tuple(cfg.optim.betas), eps=cfg.optim.eps, weight_decay=cfg.optim.weight_decay)
@@ -67,7 +71,7 @@ class ActorWorker:
         return batched_response_logprobs(
             self.model, input_ids, attention_mask, position_ids,
             response_length=response_length, temperature=self.temperature,
-            micro_batch_size=self.log_prob_micro_batch_size)
+            micro_batch_size=self.log_prob_micro_batch_size, autocast=self.autocast)
 
     def update_policy(self, batch: TrainBatch, *, mini_batch_size: int) -> dict[str, float]:
         """PPO epochs over `batch` (N responses); `mini_batch_size` counts responses."""
@@ -111,10 +115,12 @@ class ActorWorker:
     def _micro_batch_loss(self, micro: TrainBatch, scale: LossScale) -> tuple[Tensor, dict]:
         cfg, dev = self.cfg, self.device
         mask = micro.response_mask.to(dev)
-        logprob, entropy = response_logprobs(
-            self.model, micro.input_ids.to(dev), micro.attention_mask.to(dev),
-            micro.position_ids.to(dev), response_length=micro.response_length,
-            temperature=self.temperature, with_entropy=True, entropy_grad=cfg.entropy_coeff != 0)
+        with self.autocast():
+            logprob, entropy = response_logprobs(
+                self.model, micro.input_ids.to(dev), micro.attention_mask.to(dev),
+                micro.position_ids.to(dev), response_length=micro.response_length,
+                temperature=self.temperature, with_entropy=True,
+                entropy_grad=cfg.entropy_coeff != 0)
         # Exactly on-policy (one pass, one mini-batch): pi_old is this very
         # forward, so the ratio is 1 and only its gradient matters.
         old = logprob.detach() if micro.old_logprobs is None else micro.old_logprobs.to(dev)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+from typing import Callable, ContextManager
 
 import torch
 from torch import Tensor
@@ -11,11 +13,12 @@ from thinkrl.models.forward import batched_response_logprobs
 
 
 class ReferenceWorker:
-    def __init__(self, model: torch.nn.Module, *, micro_batch_size: int,
-                 temperature: float) -> None:
+    def __init__(self, model: torch.nn.Module, *, micro_batch_size: int, temperature: float,
+                 autocast: Callable[[], ContextManager] = contextlib.nullcontext) -> None:
         self.model = model.eval().requires_grad_(False)
         self.micro_batch_size = micro_batch_size
         self.temperature = temperature
+        self.autocast = autocast
 
     @classmethod
     def frozen_copy_of(cls, policy: torch.nn.Module, **kwargs) -> "ReferenceWorker":
@@ -28,4 +31,4 @@ class ReferenceWorker:
         return batched_response_logprobs(
             self.model, input_ids, attention_mask, position_ids,
             response_length=response_length, temperature=self.temperature,
-            micro_batch_size=self.micro_batch_size)
+            micro_batch_size=self.micro_batch_size, autocast=self.autocast)
