@@ -77,6 +77,24 @@ def check_backend(cfg: Config, sizes: DerivedSizes) -> None:
                          "is not available in this release; use rollout.name=native")
 
 
+def check_model_fits(model, tokenizer, sizes: DerivedSizes, *, model_path: str) -> None:
+    """The tokenizer's ids and the run's sequence length must fit the model:
+    otherwise the first forward pass fails with an index error deep inside."""
+    vocab = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) > vocab:
+        raise ValueError(
+            f"the tokenizer has {len(tokenizer)} tokens but the model {model_path} embeds only "
+            f"{vocab}: they do not belong together. Point actor_rollout_ref.model.tokenizer_path "
+            "(or data.tokenizer) at the model's own tokenizer.")
+    limit = getattr(model.config, "max_position_embeddings", None)
+    needed = sizes.prompt_length + sizes.response_length
+    if limit is not None and needed > limit:
+        raise ValueError(
+            f"data.max_prompt_length {sizes.prompt_length} + data.max_response_length "
+            f"{sizes.response_length} = {needed} tokens exceed the model's "
+            f"max_position_embeddings {limit} ({model_path}); lower one of them.")
+
+
 def _scorer_lookup(cfg: Config) -> Callable[[str], Scorer]:
     if cfg.custom_reward_function.path:
         raise ValueError("custom_reward_function.path is not supported in this release; "
@@ -128,6 +146,7 @@ def build_run(cfg: Config, *, log=print) -> Run:
                            trust_remote_code=arr.model.trust_remote_code,
                            override_config=arr.model.override_config,
                            gradient_checkpointing=arr.model.enable_gradient_checkpointing)
+    check_model_fits(model, tokenizer, sizes, model_path=model_path)
     rollout = arr.rollout
     actor = ActorWorker(model, arr.actor, total_steps=total_steps,
                         micro_batch_size=sizes.micro_batch_size_per_device,

@@ -82,10 +82,12 @@ def grpo_step(run: Run) -> dict[str, float]:
         with timer("ref"):
             ref_logprobs = reference_logprobs(run, rollouts)
         with timer("adv"):
-            rewards, kl_metrics = shaped_rewards(run, rollouts, scored.scores, old_logprobs,
-                                                 ref_logprobs)
+            rewards, kl_metrics = shaped_rewards(run, rollouts, scores=scored.scores,
+                                                 old_logprobs=old_logprobs,
+                                                 ref_logprobs=ref_logprobs)
             advantages = compute_advantages(run, rollouts, rewards)
-        batch = train_batch(run, rollouts, advantages, old_logprobs, ref_logprobs)
+        batch = train_batch(run, rollouts, advantages=advantages, old_logprobs=old_logprobs,
+                            ref_logprobs=ref_logprobs)
         with timer("update_actor"):
             actor_metrics = run.actor.update_policy(
                 batch, mini_batch_size=run.sizes.responses_per_mini_batch)
@@ -118,8 +120,9 @@ def reference_logprobs(run: Run, rollouts: Rollouts) -> torch.Tensor | None:
                                               response_length=rollouts.response_ids.shape[1])
 
 
-def shaped_rewards(run: Run, rollouts: Rollouts, scores: torch.Tensor, old_logprobs,
-                   ref_logprobs) -> tuple[torch.Tensor, dict[str, float]]:
+def shaped_rewards(run: Run, rollouts: Rollouts, *, scores: torch.Tensor,
+                   old_logprobs: torch.Tensor | None, ref_logprobs: torch.Tensor | None
+                   ) -> tuple[torch.Tensor, dict[str, float]]:
     """Scores on the last token [N, R]; with algorithm.use_kl_in_reward, minus
     beta * KL(pi_old || pi_ref) on every response token."""
     rewards = token_level_rewards(scores, rollouts.response_mask)
@@ -139,8 +142,8 @@ def compute_advantages(run: Run, rollouts: Rollouts, rewards: torch.Tensor) -> t
                             norm_adv_by_std_in_grpo=run.cfg.algorithm.norm_adv_by_std_in_grpo)
 
 
-def train_batch(run: Run, rollouts: Rollouts, advantages: torch.Tensor, old_logprobs,
-                ref_logprobs) -> TrainBatch:
+def train_batch(run: Run, rollouts: Rollouts, *, advantages: torch.Tensor,
+                old_logprobs: torch.Tensor | None, ref_logprobs: torch.Tensor | None) -> TrainBatch:
     input_ids, attention_mask, position_ids = rollouts.sequences()
     return TrainBatch(input_ids=input_ids, attention_mask=attention_mask,
                       position_ids=position_ids, response_mask=rollouts.response_mask.float(),

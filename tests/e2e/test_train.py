@@ -142,3 +142,10 @@ def test_bfloat16_compute_keeps_float32_master_weights(asset_cache, tiny_model_d
     assert all(p.dtype == torch.float32 for p in run.actor.model.parameters())
     assert any(not torch.equal(b, p) for b, p in zip(before, run.actor.model.parameters()))
     assert metrics["actor/skipped_updates"] == 0
+
+
+def test_sequence_longer_than_the_model_is_caught_at_start(asset_cache, tiny_model_dir, tmp_path):
+    cfg = load_config(recipe_path("tiny"), _overrides(tiny_model_dir, tmp_path / "run",
+                                                       "data.max_response_length=1000"))
+    with pytest.raises(ValueError, match="max_position_embeddings 512"):
+        train(cfg, log=lambda *_: None)
