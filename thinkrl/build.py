@@ -125,7 +125,8 @@ def build_run(cfg: Config, *, log=print) -> Run:
     prompt_args = dict(prompt_key=data.prompt_key, reward_fn_key=data.reward_fn_key,
                        max_prompt_length=data.max_prompt_length,
                        filter_overlong=data.filter_overlong_prompts, truncation=data.truncation,
-                       chat_kwargs=data.apply_chat_template_kwargs, log=log)
+                       chat_kwargs=data.apply_chat_template_kwargs,
+                       media_keys=(data.image_key, data.video_key), log=log)
     train_prompts = load_prompts(builtin.resolve_data_files(data.train_files, log=log), tokenizer,
                                  key="data.train_files", **prompt_args)
     val_prompts = load_prompts(builtin.resolve_data_files(data.val_files, log=log), tokenizer,

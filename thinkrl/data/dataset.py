@@ -39,13 +39,15 @@ def _truncate(ids: list[int], limit: int, side: str) -> list[int]:
 
 def load_prompts(files: str | list[str], tokenizer, *, key: str, prompt_key: str,
                  reward_fn_key: str, max_prompt_length: int, filter_overlong: bool,
-                 truncation: str, chat_kwargs: dict, log=print) -> list[Prompt]:
+                 truncation: str, chat_kwargs: dict, media_keys: tuple[str, ...] = (),
+                 log=print) -> list[Prompt]:
     """Read, render and tokenise every row of `files` (the value of config `key`)."""
     prompts: list[Prompt] = []
     too_long: list[tuple[int, Path, int]] = []
     for path in resolve_files(files, key=key):
         for index, row in enumerate(read_rows(path, prompt_key=prompt_key,
-                                              reward_fn_key=reward_fn_key)):
+                                              reward_fn_key=reward_fn_key,
+                                              media_keys=media_keys)):
             text = render_chat(tokenizer, row[prompt_key], chat_kwargs=chat_kwargs)
             ids = tokenizer(text, add_special_tokens=False)["input_ids"]
             if len(ids) > max_prompt_length:

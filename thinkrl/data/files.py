@@ -56,7 +56,8 @@ def _nearest(path: Path) -> str:
     return f" Nearest existing files in {folder}: {', '.join(close)}."
 
 
-def read_rows(path: Path, *, prompt_key: str, reward_fn_key: str) -> list[dict]:
+def read_rows(path: Path, *, prompt_key: str, reward_fn_key: str,
+              media_keys: tuple[str, ...] = ()) -> list[dict]:
     """All rows of one parquet file, checked for the columns the run needs."""
     import pyarrow.parquet as pq
 
@@ -78,6 +79,12 @@ def read_rows(path: Path, *, prompt_key: str, reward_fn_key: str) -> list[dict]:
         raise ValueError(f"{path} has no rows: check the preprocessing that wrote it")
     for index, row in enumerate(rows):
         check_row(row, path=path, index=index, prompt_key=prompt_key, reward_fn_key=reward_fn_key)
+        for media in media_keys:
+            if row.get(media):  # training on the text alone would silently change the task
+                raise ValueError(
+                    f"{path}, row {index}, column {media!r} holds images or videos, but this "
+                    "release trains on text prompts only. Use a text-only data set, or drop "
+                    f"the column if the prompts do not need it.")
     return rows
 
 
