@@ -105,7 +105,9 @@ def test_huge_responses_return_quickly():
     # pattern used to backtrack quadratically here (3.5 s for 19 000 spaces).
     assert gsm8k.compute_score("#### " + " \n" * 9_500 + "x", "72", method="flexible") == 0.0
     assert gsm8k.compute_score("#### $" + " " * 19_000 + "x", "72") == 0.0
-    assert time.perf_counter() - start < 1.0  # the old pattern took ~7 s here
+    # A guard against the quadratic case, not a speed target: linear scans take
+    # milliseconds, the old pattern ~7 s; the bound leaves room for a loaded machine.
+    assert time.perf_counter() - start < 3.0
 
 
 # ---------------------------------------------------------------- registry
