@@ -118,8 +118,9 @@ def build_run(cfg: Config, *, log=print) -> Run:
             raise ValueError(f"actor_rollout_ref.model.external_lib={arr.model.external_lib}: "
                              f"cannot import it ({err}); install it or remove the key") from None
     model_path = builtin.resolve_model_path(arr.model.path, log=log)
+    data_trust = cfg.data.trust_remote_code
     tokenizer = load_tokenizer(cfg.data.tokenizer or arr.model.tokenizer_path or model_path,
-                               trust_remote_code=arr.model.trust_remote_code,
+                               trust_remote_code=arr.model.trust_remote_code or data_trust,
                                custom_chat_template=arr.model.custom_chat_template)
     data = cfg.data
     prompt_args = dict(prompt_key=data.prompt_key, reward_fn_key=data.reward_fn_key,

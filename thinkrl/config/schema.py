@@ -266,7 +266,7 @@ class DataConfig:
     val_files: str | list[str] = "builtin:arith/test"
     """Parquet file(s) or ``builtin:<source>/<split>`` for validation."""
     prompt_key: str = "prompt"
-    """Column holding the prompt (a chat message list or a string)."""
+    """Column holding the prompt, a list of chat messages ``{"role", "content"}``."""
     reward_fn_key: str = "data_source"
     """Column that selects the reward function."""
     max_prompt_length: int = 512
@@ -276,7 +276,7 @@ class DataConfig:
     train_batch_size: int = 1024
     """PROMPTS per training step."""
     val_batch_size: int | None = None
-    """Prompts per validation batch; None uses the whole validation set."""
+    """Prompts per validation generate call; None fills ``rollout.max_num_seqs`` sequences."""
     shuffle: bool = True
     """Shuffle training prompts each epoch."""
     seed: int = 1
