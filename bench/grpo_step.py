@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import resource
 import sys
 import tempfile
 import time
@@ -31,6 +30,7 @@ import torch
 import transformers
 
 from thinkrl.build import build_run
+from thinkrl.parallel.device import peak_memory_bytes, reset_peak_memory
 from thinkrl.cli import recipe_path
 from thinkrl.config import load_config
 from thinkrl.trainer import grpo_step
@@ -62,13 +62,6 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", metavar="PATH", help="also write the results to this file")
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides (verl style)")
     return parser
-
-
-def peak_memory_bytes(device: torch.device) -> tuple[int, str]:
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device), "torch.cuda.max_memory_allocated"
-    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    return kib * 1024, "peak RSS of the process"
 
 
 def summarize(steps: list[dict[str, float]]) -> dict:
@@ -134,8 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             start = time.perf_counter()
             grpo_step(run)
             print(f"# warmup step {step + 1}: {time.perf_counter() - start:.2f} s")
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
+        reset_peak_memory(device)
         measured = [grpo_step(run) for _ in range(args.steps)]
     peak, peak_kind = peak_memory_bytes(device)
     info = {

@@ -118,11 +118,10 @@ def build_run(cfg: Config, *, log=print) -> Run:
             raise ValueError(f"actor_rollout_ref.model.external_lib={arr.model.external_lib}: "
                              f"cannot import it ({err}); install it or remove the key") from None
     model_path = builtin.resolve_model_path(arr.model.path, log=log)
-    data_trust = cfg.data.trust_remote_code
-    tokenizer = load_tokenizer(cfg.data.tokenizer or arr.model.tokenizer_path or model_path,
-                               trust_remote_code=arr.model.trust_remote_code or data_trust,
-                               custom_chat_template=arr.model.custom_chat_template)
     data = cfg.data
+    tokenizer = load_tokenizer(data.tokenizer or arr.model.tokenizer_path or model_path,
+                               trust_remote_code=arr.model.trust_remote_code or data.trust_remote_code,
+                               custom_chat_template=arr.model.custom_chat_template)
     prompt_args = dict(prompt_key=data.prompt_key, reward_fn_key=data.reward_fn_key,
                        max_prompt_length=data.max_prompt_length,
                        filter_overlong=data.filter_overlong_prompts, truncation=data.truncation,
@@ -177,8 +176,8 @@ def build_run(cfg: Config, *, log=print) -> Run:
     run_dir.mkdir(parents=True, exist_ok=True)
     with (run_dir / "config.yaml").open("w") as f:
         yaml.safe_dump(config_to_dict(cfg), f, sort_keys=False)
-    return Run(cfg=cfg, sizes=sizes, run_dir=run_dir, model_path=model_path, tokenizer=tokenizer, actor=actor,
-               reference=reference, engine=engine, train_loader=train_loader,
+    return Run(cfg=cfg, sizes=sizes, run_dir=run_dir, model_path=model_path,
+               tokenizer=tokenizer, actor=actor, reference=reference, engine=engine, train_loader=train_loader,
                val_prompts=val_prompts, scorer_for=scorer_for,
                advantage_fn=get_advantage_estimator(cfg.algorithm.adv_estimator),
                sampling=sampling, val_sampling=val_sampling, total_steps=total_steps,

@@ -49,14 +49,16 @@ def _stats(prefix: str, values: Tensor) -> dict[str, float]:
             f"{prefix}/min": values.min().item()}
 
 
-def rollout_metrics(rollouts: Rollouts, *, scores: Tensor, advantages: Tensor,
-                    max_response_length: int) -> dict[str, float]:
-    """critic/score, critic/advantages, response_length, prompt_length (verl's names)."""
+def rollout_metrics(rollouts: Rollouts, *, scores: Tensor, rewards: Tensor,
+                    advantages: Tensor) -> dict[str, float]:
+    """critic/score (the scorer's), critic/rewards (per response, after any KL
+    penalty; rewards is [N, R]), critic/advantages, response and prompt
+    lengths (verl's names)."""
     mask = rollouts.response_mask.bool()
     lengths = rollouts.response_lengths.float()
     metrics = {}
     metrics.update(_stats("critic/score", scores))
-    metrics.update(_stats("critic/rewards", scores))
+    metrics.update(_stats("critic/rewards", rewards.sum(-1)))
     metrics.update(_stats("critic/advantages", advantages[mask]))
     metrics.update(_stats("response_length", lengths))
     metrics["response_length/clip_ratio"] = sum(

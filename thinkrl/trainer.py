@@ -49,7 +49,7 @@ def train(cfg: Config, *, log=print) -> TrainResult:
         return TrainResult(str(run.run_dir), first_val, first_val, 0)
 
     last_val, skipped_in_a_row = first_val, 0
-    progress = _progress_bar(run)
+    progress = ProgressBar(run)
     for step in range(1, run.total_steps + 1):
         metrics = grpo_step(run)
         skipped_in_a_row = skipped_in_a_row + 1 if metrics["actor/skipped_updates"] else 0
@@ -77,25 +77,26 @@ def grpo_step(run: Run) -> dict[str, float]:
             rollouts = run.engine.generate(prompts, run.sampling)
         with timer("reward"):
             scored = score_rollouts(rollouts, run.tokenizer, scorer_for=run.scorer_for)
+        sequences = rollouts.sequences()  # prompt + response, built once per step
         with timer("old_log_prob"):
-            old_logprobs = old_policy_logprobs(run, rollouts)
+            old_logprobs = old_policy_logprobs(run, rollouts, sequences)
         with timer("ref"):
-            ref_logprobs = reference_logprobs(run, rollouts)
+            ref_logprobs = reference_logprobs(run, rollouts, sequences)
         with timer("adv"):
             rewards, kl_metrics = shaped_rewards(run, rollouts, scores=scored.scores,
                                                  old_logprobs=old_logprobs,
                                                  ref_logprobs=ref_logprobs)
             advantages = compute_advantages(run, rollouts, rewards)
-        batch = train_batch(run, rollouts, advantages=advantages, old_logprobs=old_logprobs,
-                            ref_logprobs=ref_logprobs)
+        batch = train_batch(run, rollouts, sequences, advantages=advantages,
+                            old_logprobs=old_logprobs, ref_logprobs=ref_logprobs)
         with timer("update_actor"):
             actor_metrics = run.actor.update_policy(
                 batch, mini_batch_size=run.sizes.responses_per_mini_batch)
         with timer("update_weights"):
             run.engine.update_weights(run.actor.model.named_parameters())
     metrics = {**actor_metrics, **kl_metrics, **timer.metrics(),
-               **rollout_metrics(rollouts, scores=scored.scores, advantages=advantages,
-                                 max_response_length=run.sizes.response_length),
+               **rollout_metrics(rollouts, scores=scored.scores, rewards=rewards,
+                                 advantages=advantages),
                **throughput_metrics(rollouts, step_seconds=timer.seconds["step"],
                                     world_size=run.sizes.world_size),
                "reward/errors": float(scored.errors),
@@ -103,20 +104,25 @@ def grpo_step(run: Run) -> dict[str, float]:
     return metrics
 
 
-def old_policy_logprobs(run: Run, rollouts: Rollouts) -> torch.Tensor | None:
+Sequences = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # Rollouts.sequences()
+
+
+def old_policy_logprobs(run: Run, rollouts: Rollouts, sequences: Sequences
+                        ) -> torch.Tensor | None:
     """log pi_old [N, R]: None when the update is exactly on-policy (pi_old is
     then the actor's own forward) unless the KL-in-reward needs it."""
     if run.on_policy and not run.cfg.algorithm.use_kl_in_reward:
         return None
-    return run.actor.compute_log_prob(*rollouts.sequences(),
+    return run.actor.compute_log_prob(*sequences,
                                       response_length=rollouts.response_ids.shape[1])
 
 
-def reference_logprobs(run: Run, rollouts: Rollouts) -> torch.Tensor | None:
+def reference_logprobs(run: Run, rollouts: Rollouts, sequences: Sequences
+                       ) -> torch.Tensor | None:
     """log pi_ref [N, R], when a KL term needs it."""
     if run.reference is None:
         return None
-    return run.reference.compute_ref_log_prob(*rollouts.sequences(),
+    return run.reference.compute_ref_log_prob(*sequences,
                                               response_length=rollouts.response_ids.shape[1])
 
 
@@ -142,9 +148,9 @@ def compute_advantages(run: Run, rollouts: Rollouts, rewards: torch.Tensor) -> t
                             norm_adv_by_std_in_grpo=run.cfg.algorithm.norm_adv_by_std_in_grpo)
 
 
-def train_batch(run: Run, rollouts: Rollouts, *, advantages: torch.Tensor,
+def train_batch(run: Run, rollouts: Rollouts, sequences: Sequences, *, advantages: torch.Tensor,
                 old_logprobs: torch.Tensor | None, ref_logprobs: torch.Tensor | None) -> TrainBatch:
-    input_ids, attention_mask, position_ids = rollouts.sequences()
+    input_ids, attention_mask, position_ids = sequences
     return TrainBatch(input_ids=input_ids, attention_mask=attention_mask,
                       position_ids=position_ids, response_mask=rollouts.response_mask.float(),
                       advantages=advantages,
@@ -171,7 +177,7 @@ def validate(run: Run) -> dict[str, float]:
     return metrics
 
 
-class _progress_bar:
+class ProgressBar:
     """Step, reward and time left on one line (tqdm), when enabled."""
 
     def __init__(self, run: Run) -> None:

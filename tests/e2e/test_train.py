@@ -122,6 +122,9 @@ def test_kl_penalty_in_reward(asset_cache, tiny_model_dir, tmp_path, kind):
     assert records[0]["actor/reward_kl_penalty"] == pytest.approx(0.0, abs=1e-6)  # pi = pi_ref
     assert records[1]["actor/reward_kl_penalty"] != 0  # the policy moved after step 1 (k1 may be < 0)
     assert records[0]["actor/reward_kl_penalty_coeff"] == 0.05
+    # critic/rewards is after the penalty, critic/score before it
+    assert records[0]["critic/rewards/mean"] == pytest.approx(records[0]["critic/score/mean"])
+    assert records[1]["critic/rewards/mean"] != records[1]["critic/score/mean"]
     if kind == "adaptive":  # step 1's KL of ~0 < target: beta shrinks
         assert records[1]["actor/reward_kl_penalty_coeff"] < 0.05
     else:

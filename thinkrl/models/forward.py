@@ -21,7 +21,7 @@ def last_logits(model: torch.nn.Module, keep: int, **inputs) -> tuple[Tensor, ob
     """The logits of the last `keep` positions [N, keep, V] and the model output.
     Asks the model to compute only those (`logits_to_keep`) when it can: a
     150k-token vocabulary over every prompt position would dwarf the rest."""
-    if _accepts_logits_to_keep(type(model)):
+    if forward_accepts(type(model), "logits_to_keep"):
         out = model(**inputs, logits_to_keep=keep)
         return out.logits[:, -keep:, :], out
     out = model(**inputs)  # custom (remote-code) models may lack the argument
@@ -29,8 +29,10 @@ def last_logits(model: torch.nn.Module, keep: int, **inputs) -> tuple[Tensor, ob
 
 
 @functools.cache
-def _accepts_logits_to_keep(model_class: type) -> bool:
-    return "logits_to_keep" in inspect.signature(model_class.forward).parameters
+def forward_accepts(model_class: type, argument: str) -> bool:
+    """Whether `model_class.forward` takes `argument` (its name changes across
+    transformers versions, and remote-code models may lack it)."""
+    return argument in inspect.signature(model_class.forward).parameters
 
 
 def response_logprobs(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor,

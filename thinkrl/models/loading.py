@@ -6,9 +6,6 @@ from pathlib import Path
 
 import torch
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
 def _explain(path: str, what: str, err: Exception) -> ValueError:
     local = Path(path).expanduser()
     if local.exists():

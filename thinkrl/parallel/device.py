@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import resource
 
 import torch
 
@@ -58,3 +59,21 @@ def synchronizer(device: torch.device):
     if device.type == "npu":
         return lambda: torch.npu.synchronize(device)
     return lambda: None
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    elif device.type == "npu":
+        torch.npu.reset_peak_memory_stats(device)
+
+
+def peak_memory_bytes(device: torch.device) -> tuple[int, str]:
+    """Peak memory and what was measured: allocator peak on accelerators,
+    the process's peak RSS on the CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device), "torch.cuda.max_memory_allocated"
+    if device.type == "npu":
+        return torch.npu.max_memory_allocated(device), "torch.npu.max_memory_allocated"
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return kib * 1024, "peak RSS of the process"

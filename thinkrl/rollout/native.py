@@ -14,12 +14,11 @@ from __future__ import annotations
 from typing import Callable, ContextManager, Iterable
 
 import contextlib
-import inspect
 
 import torch
 from torch import Tensor
 
-from thinkrl.models.forward import last_logits
+from thinkrl.models.forward import forward_accepts, last_logits
 from thinkrl.records import FINISH_LENGTH, FINISH_STOP, PromptBatch, Rollouts
 from thinkrl.rollout.base import SamplingParams
 
@@ -55,8 +54,7 @@ class NativeEngine:
         # to the host every token would cost more than the forward pass.
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         # transformers 5 renamed the KV-cache argument `past_key_values` to `cache`.
-        forward_args = inspect.signature(model.forward).parameters
-        self._cache_arg = "cache" if "cache" in forward_args else "past_key_values"
+        self._cache_arg = "cache" if forward_accepts(type(model), "cache") else "past_key_values"
 
     @property
     def device(self) -> torch.device:
