@@ -10,16 +10,14 @@ reward. All normalisers span the whole mini-batch (see `thinkrl.algos.losses`).
 
 from __future__ import annotations
 
-import time
-from collections import defaultdict
 from dataclasses import dataclass
 
 import torch
 
 from thinkrl.algos.kl import get_kl_estimator
-from thinkrl.build import Run, build_run, val_batch_size
+from thinkrl.build import Run, build_run
 from thinkrl.config import Config
-from thinkrl.data.dataset import batches
+from thinkrl.evaluation import validate
 from thinkrl.metrics import StageTimer, rollout_metrics, throughput_metrics
 from thinkrl.records import Rollouts, TrainBatch
 from thinkrl.rewards.scoring import score_rollouts, token_level_rewards
@@ -156,25 +154,6 @@ def train_batch(run: Run, rollouts: Rollouts, sequences: Sequences, *, advantage
                       advantages=advantages,
                       old_logprobs=None if run.on_policy else old_logprobs,
                       ref_logprobs=ref_logprobs if run.actor.kl_estimator is not None else None)
-
-
-def validate(run: Run) -> dict[str, float]:
-    """Mean reward per data source with rollout.val_kwargs (greedy by default),
-    as `val-core/<data_source>/reward/mean@<n>`."""
-    start = time.perf_counter()
-    per_source: dict[str, list[float]] = defaultdict(list)
-    size = val_batch_size(run.cfg, len(run.val_prompts))
-    pad = run.tokenizer.pad_token_id
-    for prompts in batches(run.val_prompts, batch_size=size, pad_token_id=pad):
-        rollouts = run.engine.generate(prompts, run.val_sampling)
-        scored = score_rollouts(rollouts, run.tokenizer, scorer_for=run.scorer_for)
-        for sample, score in zip(rollouts.samples, scored.scores.tolist()):
-            per_source[sample.data_source].append(score)
-    n = run.val_sampling.n
-    metrics = {f"val-core/{source}/reward/mean@{n}": sum(v) / len(v)
-               for source, v in per_source.items()}
-    metrics["timing_s/testing"] = time.perf_counter() - start
-    return metrics
 
 
 class ProgressBar:

@@ -310,7 +310,10 @@ class DataConfig:
     apply_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra keyword arguments to ``tokenizer.apply_chat_template``."""
     template: str = "chat"
-    """How prompts are rendered; "chat" uses the tokenizer's chat template."""
+    """thinkrl: how prompts are rendered: "chat" (the tokenizer's chat template)
+    or "qwen_r1" (the R1-Zero "A conversation between User and Assistant ..." prompt)."""
+    val_template: str | None = None
+    """thinkrl: the template of the validation set; None uses ``data.template``."""
 
 
 @dataclass
@@ -392,6 +395,11 @@ class TrainerConfig:
     """Global seed (model init, dropout, sampling)."""
     progress_bar: bool = True
     """Show a progress bar."""
+    log_train_generations: int = 4
+    """thinkrl: training generations (prompt, response, reward) saved to the run
+    directory every ``generations_log_freq`` steps; 0 saves none."""
+    generations_log_freq: int = 10
+    """thinkrl: steps between two saves of training generations."""
 
 
 @dataclass
@@ -415,6 +423,26 @@ class RewardModelConfig:
 
 
 @dataclass
+class RewardConfig:
+    """thinkrl: rule-based rewards (verl has no such group; its keys are thinkrl's own)."""
+    scorer: str = "auto"
+    """"auto": each row's data_source picks its scorer (as in verl); or one
+    scorer for every row: "gsm8k", "math" or "r1"."""
+    format_score: float = 0.0
+    """gsm8k and math: score of a response with a well-formed but wrong answer."""
+    r1_format_weight: float = 0.5
+    """r1: weight of the format reward (one <think>...</think> then <answer>...</answer>)."""
+    r1_accuracy_weight: float = 1.0
+    """r1: weight of the accuracy reward (the answer checked with math-verify)."""
+    timeout_s: float = 10.0
+    """Seconds one response may take to score; past it, it scores 0 and is counted."""
+    num_workers: int = 2
+    """Scoring processes; 0 scores in the main process (then a hang cannot be stopped)."""
+    zero_reward_warn_steps: int = 5
+    """Warn when every reward of this many steps in a row is 0; 0 never warns."""
+
+
+@dataclass
 class Config:
     """A whole run."""
     data: DataConfig = field(default_factory=DataConfig)
@@ -429,3 +457,5 @@ class Config:
     """User reward function."""
     reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
     """Reward model and manager."""
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    """thinkrl: rule-based reward settings."""

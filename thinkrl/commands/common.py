@@ -1,0 +1,43 @@
+"""What several subcommands share: finding a recipe, loading a run's config,
+printing without breaking the progress bar."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Callable
+
+
+def recipe_path(name_or_path: str) -> Path:
+    """A recipe file, or the name of a built-in one (`tiny`)."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        return path
+    recipes = resources.files("thinkrl") / "recipes"
+    builtin = recipes / f"{name_or_path}.yaml"
+    if not builtin.is_file():
+        known = sorted(p.name[:-5] for p in recipes.iterdir() if p.name.endswith(".yaml"))
+        raise ValueError(f"--config {name_or_path}: no such file, and no built-in recipe of that "
+                         f"name (built-in: {', '.join(known)})")
+    return Path(str(builtin))
+
+
+def console_log() -> Callable[[str], None]:
+    from tqdm import tqdm
+
+    def log(message: str) -> None:
+        tqdm.write(message)  # keeps a progress bar intact
+    return log
+
+
+def load_run_config(config: str | None, overrides: list[str], *, log=print):
+    """The recipe (default: tiny, unless only overrides are given: then verl's
+    defaults, so a verl launch line keeps its meaning) plus the overrides."""
+    from thinkrl.config import load_config
+
+    name = config or (None if overrides else "tiny")
+    path = None if name is None else recipe_path(name)
+    log(f"recipe: {path}" if path else
+        "recipe: none, verl's defaults + the overrides given "
+        "(to change the tiny recipe instead: thinkrl ... --config tiny key=value ...)")
+    return load_config(path, overrides)

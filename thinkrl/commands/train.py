@@ -1,0 +1,40 @@
+"""`thinkrl train [--config RECIPE] [key=value ...]`
+
+`thinkrl train` alone runs the built-in `tiny` recipe. Overrides use verl's
+dotted keys on top of verl's defaults, so a verl launch line means the same
+after `thinkrl train`; `--config tiny key=value ...` changes the tiny recipe.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from thinkrl.commands.common import console_log, load_run_config
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser("train", help="run GRPO training", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", help="recipe YAML file or built-in recipe name (default: tiny)")
+    parser.add_argument("overrides", nargs="*", help="dotted key=value overrides (verl style)")
+
+
+def run(args) -> int:
+    from thinkrl.trainer import train
+
+    log = console_log()
+    cfg = load_run_config(args.config, args.overrides, log=log)
+    result = train(cfg, log=log)
+    _summary(result, log)
+    return 0
+
+
+def _summary(result, log) -> None:
+    for key, after in sorted(result.last_val.items()):
+        if not key.startswith("val-core/"):
+            continue
+        before = result.first_val.get(key)
+        change = "" if before is None else f"  (before training {before:.3f}, {100 * (after - before):+.1f} points)"
+        log(f"{key}: {after:.3f}{change}")
+    log(f"metrics: {Path(result.run_dir) / 'metrics.jsonl'}")
