@@ -125,10 +125,11 @@ def main(argv: list[str] | None = None) -> int:
         device = next(model.parameters()).device
         for step in range(args.warmup):
             start = time.perf_counter()
-            grpo_step(run)
+            grpo_step(run, step + 1)
             print(f"# warmup step {step + 1}: {time.perf_counter() - start:.2f} s")
         reset_peak_memory(device)
-        measured = [grpo_step(run) for _ in range(args.steps)]
+        measured = [grpo_step(run, args.warmup + i + 1) for i in range(args.steps)]
+        run.close()
     peak, peak_kind = peak_memory_bytes(device)
     info = {
         "model": run.model_path, "parameters": sum(p.numel() for p in model.parameters()),

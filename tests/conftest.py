@@ -32,3 +32,10 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     out = build_tiny_model(tmp_path_factory.mktemp("models") / "tiny", spec, log=lambda *_: None)
     torch.set_num_threads(torch_threads)
     return out
+
+
+@pytest.fixture
+def tiny_run(asset_cache, tiny_model_dir, tmp_path):
+    """Overrides that point the tiny recipe at the test model and a temp run dir."""
+    return [f"actor_rollout_ref.model.path={tiny_model_dir}",
+            f"trainer.default_local_dir={tmp_path / 'run'}"]

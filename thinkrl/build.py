@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -18,13 +18,17 @@ import yaml
 from thinkrl import builtin
 from thinkrl.algos.advantages import get_advantage_estimator
 from thinkrl.algos.kl_control import KLController
+from thinkrl.checkpoint.resume import checkpoint_to_resume
+from thinkrl.checkpoint.state import Progress, load_checkpoint
+from thinkrl.checkpoint.store import step_of
 from thinkrl.config import Config, DerivedSizes, inactive_settings, validate
 from thinkrl.config.loading import config_to_dict
 from thinkrl.data.dataset import Prompt, PromptLoader, load_prompts
 from thinkrl.metrics import MetricsLog
 from thinkrl.models.loading import eos_token_ids, load_causal_lm, load_tokenizer
 from thinkrl.parallel.device import autocast, compute_dtype, resolve_device, synchronizer
-from thinkrl.rewards.registry import Scorer, get_scorer
+from thinkrl.rewards.scorer import RewardScorer
+from thinkrl.rewards.watch import ZeroRewardWatch
 from thinkrl.rollout.base import SamplingParams
 from thinkrl.rollout.native import NativeEngine
 from thinkrl.workers.actor import ActorWorker
@@ -44,7 +48,9 @@ class Run:
     engine: NativeEngine
     train_loader: PromptLoader
     val_prompts: list[Prompt]
-    scorer_for: Callable[[str], Scorer]
+    reward: RewardScorer
+    """Scores responses (worker processes with a per-response timeout); close() it."""
+    zero_reward_watch: ZeroRewardWatch
     advantage_fn: Callable
     sampling: SamplingParams
     val_sampling: SamplingParams
@@ -54,6 +60,13 @@ class Run:
     """beta of the KL penalty in the reward (algorithm.use_kl_in_reward)."""
     sync: Callable[[], None]
     """Waits for the device's queued work (for honest stage timings)."""
+    progress: Progress = field(default_factory=Progress)
+    """Where training stands: step 0, or the step of the checkpoint resumed from."""
+
+    def close(self) -> None:
+        """Stop the scoring workers and close the logger sinks."""
+        self.reward.close()
+        self.metrics_log.close()
 
     @property
     def on_policy(self) -> bool:
@@ -95,13 +108,6 @@ def check_model_fits(model, tokenizer, sizes: DerivedSizes, *, model_path: str) 
             f"max_position_embeddings {limit} ({model_path}); lower one of them.")
 
 
-def _scorer_lookup(cfg: Config) -> Callable[[str], Scorer]:
-    if cfg.custom_reward_function.path:
-        raise ValueError("custom_reward_function.path is not supported in this release; "
-                         "remove it to use the built-in scorers")
-    return get_scorer
-
-
 def build_run(cfg: Config, *, log=print) -> Run:
     sizes = validate(cfg)
     check_backend(cfg, sizes)
@@ -119,21 +125,14 @@ def build_run(cfg: Config, *, log=print) -> Run:
                              f"cannot import it ({err}); install it or remove the key") from None
     model_path = builtin.resolve_model_path(arr.model.path, log=log)
     data = cfg.data
-    tokenizer = load_tokenizer(data.tokenizer or arr.model.tokenizer_path or model_path,
-                               trust_remote_code=arr.model.trust_remote_code or data.trust_remote_code,
-                               custom_chat_template=arr.model.custom_chat_template)
-    prompt_args = dict(prompt_key=data.prompt_key, reward_fn_key=data.reward_fn_key,
-                       max_prompt_length=data.max_prompt_length,
-                       filter_overlong=data.filter_overlong_prompts, truncation=data.truncation,
-                       chat_kwargs=data.apply_chat_template_kwargs,
-                       media_keys=(data.image_key, data.video_key), log=log)
-    train_prompts = load_prompts(builtin.resolve_data_files(data.train_files, log=log), tokenizer,
-                                 key="data.train_files", **prompt_args)
-    val_prompts = load_prompts(builtin.resolve_data_files(data.val_files, log=log), tokenizer,
-                               key="data.val_files", **prompt_args)
-    scorer_for = _scorer_lookup(cfg)
-    for source in sorted({p.sample.data_source for p in train_prompts + val_prompts}):
-        scorer_for(source)  # an unknown data_source stops the run here, not at step 1
+    tokenizer = run_tokenizer(cfg, model_path)
+    train_prompts = prompt_set(cfg, tokenizer, files=data.train_files, key="data.train_files",
+                               template=data.template, log=log)
+    val_prompts = prompt_set(cfg, tokenizer, files=data.val_files, key="data.val_files",
+                             template=data.val_template or data.template, log=log)
+    reward = RewardScorer.from_config(cfg)  # a bad custom reward file stops the run here
+    # An unknown data_source stops the run here, not at step 1.
+    reward.check_sources(p.sample.data_source for p in train_prompts + val_prompts)
 
     train_loader = PromptLoader(train_prompts, batch_size=data.train_batch_size,
                                 shuffle=data.shuffle, seed=data.seed,
@@ -160,29 +159,60 @@ def build_run(cfg: Config, *, log=print) -> Run:
         reference = ReferenceWorker.frozen_copy_of(
             model, micro_batch_size=sizes.ref_log_prob_micro_batch_size_per_device,
             temperature=rollout.temperature, autocast=mixed_precision)
-    engine = NativeEngine(model, eos_token_ids=eos_token_ids(tokenizer, model),
-                          pad_token_id=tokenizer.pad_token_id,
-                          seed=cfg.trainer.seed * 1000 + rollout.seed, autocast=mixed_precision)
+    engine = native_engine(cfg, model, tokenizer, autocast=mixed_precision)
     sampling = SamplingParams(n=rollout.n, max_tokens=sizes.response_length,
                               temperature=rollout.temperature, top_p=rollout.top_p,
                               top_k=rollout.top_k, do_sample=rollout.do_sample,
                               ignore_eos=rollout.ignore_eos)
-    val = rollout.val_kwargs
-    val_sampling = SamplingParams(n=val.n, max_tokens=sizes.response_length,
-                                  temperature=val.temperature, top_p=val.top_p, top_k=val.top_k,
-                                  do_sample=val.do_sample)
+    val_sampling = validation_sampling(cfg, max_tokens=sizes.response_length)
 
     run_dir = Path(cfg.trainer.default_local_dir).expanduser().resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     with (run_dir / "config.yaml").open("w") as f:
         yaml.safe_dump(config_to_dict(cfg), f, sort_keys=False)
-    return Run(cfg=cfg, sizes=sizes, run_dir=run_dir, model_path=model_path,
-               tokenizer=tokenizer, actor=actor, reference=reference, engine=engine, train_loader=train_loader,
-               val_prompts=val_prompts, scorer_for=scorer_for,
-               advantage_fn=get_advantage_estimator(cfg.algorithm.adv_estimator),
-               sampling=sampling, val_sampling=val_sampling, total_steps=total_steps,
-               metrics_log=MetricsLog(run_dir, loggers=cfg.trainer.logger, print_fn=log),
-               kl_controller=_kl_controller(cfg), sync=synchronizer(device))
+    resume_from = checkpoint_to_resume(cfg.trainer, run_dir, log=log)
+    run = Run(cfg=cfg, sizes=sizes, run_dir=run_dir, model_path=model_path,
+              tokenizer=tokenizer, actor=actor, reference=reference, engine=engine, train_loader=train_loader,
+              val_prompts=val_prompts, reward=reward,
+              zero_reward_watch=ZeroRewardWatch(cfg.reward.zero_reward_warn_steps),
+              advantage_fn=get_advantage_estimator(cfg.algorithm.adv_estimator),
+              sampling=sampling, val_sampling=val_sampling, total_steps=total_steps,
+              metrics_log=MetricsLog(run_dir, loggers=cfg.trainer.logger, print_fn=log,
+                                     config=config_to_dict(cfg),
+                                     resume_step=None if resume_from is None else step_of(resume_from)),
+              kl_controller=_kl_controller(cfg), sync=synchronizer(device))
+    if resume_from is not None:  # after the reference copied the *initial* weights
+        run.progress = load_checkpoint(run, resume_from, log=log)
+    reward.start()  # worker start-up is not charged to the first step's timings
+    return run
+
+
+def run_tokenizer(cfg: Config, model_path: str):
+    """data.tokenizer, else actor_rollout_ref.model.tokenizer_path, else the model's own."""
+    arr, data = cfg.actor_rollout_ref, cfg.data
+    return load_tokenizer(data.tokenizer or arr.model.tokenizer_path or model_path,
+                          trust_remote_code=arr.model.trust_remote_code or data.trust_remote_code,
+                          custom_chat_template=arr.model.custom_chat_template)
+
+
+def prompt_set(cfg: Config, tokenizer, *, files, key: str, template: str, log=print) -> list[Prompt]:
+    """The prompts of `files` (the value of config `key`), rendered with
+    `template` and checked against the data.* length settings."""
+    data = cfg.data
+    return load_prompts(builtin.resolve_data_files(files, log=log), tokenizer, key=key,
+                        template=template, prompt_key=data.prompt_key,
+                        reward_fn_key=data.reward_fn_key, max_prompt_length=data.max_prompt_length,
+                        filter_overlong=data.filter_overlong_prompts, truncation=data.truncation,
+                        chat_kwargs=data.apply_chat_template_kwargs,
+                        media_keys=(data.image_key, data.video_key), log=log)
+
+
+def native_engine(cfg: Config, model, tokenizer, *, autocast) -> NativeEngine:
+    """The rollout engine; its sampling seed derives from trainer.seed and rollout.seed."""
+    return NativeEngine(model, eos_token_ids=eos_token_ids(tokenizer, model),
+                        pad_token_id=tokenizer.pad_token_id,
+                        seed=cfg.trainer.seed * 1000 + cfg.actor_rollout_ref.rollout.seed,
+                        autocast=autocast)
 
 
 def _kl_controller(cfg: Config) -> KLController | None:
@@ -191,6 +221,13 @@ def _kl_controller(cfg: Config) -> KLController | None:
     ctrl = cfg.algorithm.kl_ctrl
     return KLController(value=ctrl.kl_coef, adaptive=ctrl.type == "adaptive",
                         target_kl=ctrl.target_kl, horizon=ctrl.horizon)
+
+
+def validation_sampling(cfg: Config, *, max_tokens: int) -> SamplingParams:
+    """Sampling for validation and `thinkrl eval`: actor_rollout_ref.rollout.val_kwargs."""
+    val = cfg.actor_rollout_ref.rollout.val_kwargs
+    return SamplingParams(n=val.n, max_tokens=max_tokens, temperature=val.temperature,
+                          top_p=val.top_p, top_k=val.top_k, do_sample=val.do_sample)
 
 
 def val_batch_size(cfg: Config, n_prompts: int) -> int:

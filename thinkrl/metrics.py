@@ -1,7 +1,8 @@
 """Metric names (verl's, where a verl user would look), timing, and sinks.
 
 Every step appends one JSON object with `step` to `<run dir>/metrics.jsonl`;
-`console` prints a compact line per step.
+the other sinks named in `trainer.logger` (console, tensorboard, wandb) live
+in thinkrl.loggers.
 """
 
 from __future__ import annotations
@@ -15,9 +16,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from thinkrl.loggers import open_sinks
 from thinkrl.records import FINISH_LENGTH, Rollouts
-
-KNOWN_LOGGERS = ("console", "jsonl")
 
 
 class StageTimer:
@@ -79,29 +79,59 @@ def throughput_metrics(rollouts: Rollouts, *, step_seconds: float, world_size: i
 
 
 class MetricsLog:
-    """Appends per-step metrics to metrics.jsonl and, with `console`, prints them."""
+    """Appends per-step metrics to metrics.jsonl (always) and passes them to
+    the sinks named in `loggers`; `config` (the run config as a dict) becomes
+    the wandb run's config. Call `close()` when the run ends."""
 
-    def __init__(self, run_dir: Path, *, loggers: list[str], print_fn=print) -> None:
-        unknown = [name for name in loggers if name not in KNOWN_LOGGERS]
-        if unknown:
-            raise ValueError(f"trainer.logger: {unknown} not available in this release; "
-                             f"use any of {list(KNOWN_LOGGERS)}")
+    def __init__(self, run_dir: Path, *, loggers: list[str], print_fn=print,
+                 config: dict | None = None, resume_step: int | None = None) -> None:
+        # First, so a bad logger name or a missing package stops before any file moves.
+        self.sinks = open_sinks(loggers, run_dir=run_dir, config=config, print_fn=print_fn)
         self.path = run_dir / "metrics.jsonl"
-        self.console = "console" in loggers
         self.print = print_fn
         run_dir.mkdir(parents=True, exist_ok=True)
-        if self.path.exists() and self.path.stat().st_size > 0:
+        self.kept: list[dict] = []
+        """Records of the run this one resumes (steps <= resume_step)."""
+        if resume_step is not None:
+            # Resuming from the checkpoint of step k: steps after k were logged
+            # by the run that died and are done again now, so drop them.
+            self.kept = _records_up_to(self.path, resume_step)
+        elif self.path.exists() and self.path.stat().st_size > 0:
             # A new run in an old run's folder: keep the old metrics, never mix them.
             kept = _free_name(run_dir, "metrics.previous-{}.jsonl")
             self.path.rename(kept)
             print_fn(f"{run_dir} held metrics of an earlier run: kept them as {kept.name}")
 
     def log(self, metrics: dict[str, float], *, step: int) -> None:
-        record = {"step": step, **{k: _plain(v) for k, v in sorted(metrics.items())}}
+        values = {k: v.item() if isinstance(v, torch.Tensor) else v
+                  for k, v in sorted(metrics.items())}
+        record = {"step": step, **{k: _plain(v) for k, v in values.items()}}
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
-        if self.console:
-            self.print(format_console(record))
+        for sink in self.sinks:
+            sink.log(values, step)
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+
+
+def _records_up_to(path: Path, step: int) -> list[dict]:
+    """Rewrite metrics.jsonl (atomically) with only its records of steps <=
+    `step`, and return them. A torn last line (a crash mid-write) is dropped."""
+    records = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if record.get("step", step + 1) <= step:
+                records.append(record)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+    tmp.replace(path)
+    return records
 
 
 def _free_name(folder: Path, pattern: str) -> Path:
@@ -117,17 +147,3 @@ def _plain(value):
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)  # JSON has no NaN/inf; keep it visible
     return value
-
-
-CONSOLE_KEYS = ("critic/score/mean", "actor/pg_loss", "actor/kl_loss", "actor/entropy",
-                "actor/pg_clipfrac", "actor/grad_norm", "response_length/mean", "timing_s/step")
-
-
-def format_console(record: dict) -> str:
-    parts = [f"step {record['step']}"]
-    for key in CONSOLE_KEYS:
-        if key in record and isinstance(record[key], (int, float)):
-            parts.append(f"{key.split('/', 1)[1] if key.startswith('actor/') else key}="
-                         f"{record[key]:.4g}")
-    parts += [f"{k}={v:.3f}" for k, v in record.items() if k.startswith("val-core/")]
-    return "  ".join(parts)

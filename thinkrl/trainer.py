@@ -16,11 +16,14 @@ import torch
 
 from thinkrl.algos.kl import get_kl_estimator
 from thinkrl.build import Run, build_run
+from thinkrl.checkpoint.resume import should_save
+from thinkrl.checkpoint.state import Progress, save_checkpoint
 from thinkrl.config import Config
-from thinkrl.evaluation import validate
+from thinkrl.evaluation import run_validation
+from thinkrl.generations import log_train_generations, log_val_generations
 from thinkrl.metrics import StageTimer, rollout_metrics, throughput_metrics
 from thinkrl.records import Rollouts, TrainBatch
-from thinkrl.rewards.scoring import score_rollouts, token_level_rewards
+from thinkrl.rewards.scoring import decode_responses, token_level_rewards
 
 MAX_SKIPPED_UPDATES = 3
 
@@ -35,21 +38,37 @@ class TrainResult:
 
 def train(cfg: Config, *, log=print) -> TrainResult:
     run = build_run(cfg, log=log)
+    try:
+        return train_run(run, log=log)
+    finally:  # scoring workers and logger sinks outlive no run
+        run.close()
+
+
+def train_run(run: Run, *, log=print) -> TrainResult:
+    cfg = run.cfg
     log(f"run directory: {run.run_dir}")
     log(run.sizes.table())
     log(f"training for {run.total_steps} steps "
         f"({run.train_loader.batches_per_epoch} steps per epoch)")
-    first_val: dict[str, float] = {}
-    if cfg.trainer.val_before_train or cfg.trainer.val_only:
-        first_val = validate(run)
-        run.metrics_log.log(first_val, step=0)
+    start = run.progress.step  # 0, or the step of the checkpoint resumed from
+    first_val, last_val = validation_records(run.metrics_log.kept)
+    # A resumed run validated before its first step already (and a sampled
+    # validation would move the engine's generator off the straight run's).
+    if cfg.trainer.val_only or (cfg.trainer.val_before_train and start == 0):
+        first_val = last_val = validate(run, step=start)
+        run.metrics_log.log(first_val, step=start)
     if cfg.trainer.val_only:
-        return TrainResult(str(run.run_dir), first_val, first_val, 0)
+        return TrainResult(str(run.run_dir), first_val, first_val, start)
+    if start >= run.total_steps:
+        log(f"the checkpoint resumed from is of step {start}, the run's last "
+            f"({run.total_steps}): nothing left to train. Raise trainer.total_training_steps "
+            "(or total_epochs) to train on, or set trainer.resume_mode=disable to start afresh")
+        return TrainResult(str(run.run_dir), first_val, last_val, start)
 
-    last_val, skipped_in_a_row = first_val, 0
-    progress = ProgressBar(run)
-    for step in range(1, run.total_steps + 1):
-        metrics = grpo_step(run)
+    skipped_in_a_row = run.progress.skipped_updates_in_a_row
+    bar = ProgressBar(run)
+    for step in range(start + 1, run.total_steps + 1):
+        metrics = grpo_step(run, step)
         skipped_in_a_row = skipped_in_a_row + 1 if metrics["actor/skipped_updates"] else 0
         if skipped_in_a_row >= MAX_SKIPPED_UPDATES:
             raise FloatingPointError(
@@ -58,15 +77,25 @@ def train(cfg: Config, *, log=print) -> TrainResult:
                 "Lower actor_rollout_ref.actor.optim.lr or check the rewards.")
         test_freq = cfg.trainer.test_freq
         if step == run.total_steps or (test_freq > 0 and step % test_freq == 0):
-            last_val = validate(run)
+            last_val = validate(run, step=step)
             metrics.update(last_val)
         run.metrics_log.log(metrics, step=step)
-        progress.update(metrics, step)
-    progress.close()
+        if should_save(cfg.trainer, step, run.total_steps):
+            save_checkpoint(run, Progress(step, skipped_in_a_row), log=log)
+        bar.update(metrics, last_val)
+    bar.close()
     return TrainResult(str(run.run_dir), first_val, last_val, run.total_steps)
 
 
-def grpo_step(run: Run) -> dict[str, float]:
+def validate(run: Run, *, step: int) -> dict[str, float]:
+    """Validation metrics; a few generations saved when trainer.log_val_generations > 0."""
+    result = run_validation(run)
+    log_val_generations(run.run_dir, step, result.generations,
+                        count=run.cfg.trainer.log_val_generations)
+    return result.metrics()
+
+
+def grpo_step(run: Run, step: int) -> dict[str, float]:
     """Generate, score, estimate advantages, update the actor, sync weights."""
     timer = StageTimer(run.sync)
     with timer("step"):
@@ -74,7 +103,10 @@ def grpo_step(run: Run) -> dict[str, float]:
         with timer("gen"):
             rollouts = run.engine.generate(prompts, run.sampling)
         with timer("reward"):
-            scored = score_rollouts(rollouts, run.tokenizer, scorer_for=run.scorer_for)
+            texts = decode_responses(rollouts, run.tokenizer)
+            scored = run.reward.score(texts, rollouts.samples)
+        run.zero_reward_watch.update(scored.scores)
+        save_train_generations(run, step, rollouts, texts=texts, scores=scored.scores)
         sequences = rollouts.sequences()  # prompt + response, built once per step
         with timer("old_log_prob"):
             old_logprobs = old_policy_logprobs(run, rollouts, sequences)
@@ -97,7 +129,7 @@ def grpo_step(run: Run) -> dict[str, float]:
                                  advantages=advantages),
                **throughput_metrics(rollouts, step_seconds=timer.seconds["step"],
                                     world_size=run.sizes.world_size),
-               "reward/errors": float(scored.errors),
+               **scored.metrics(),
                "training/epoch": float(run.train_loader.epoch)}
     return metrics
 
@@ -156,6 +188,23 @@ def train_batch(run: Run, rollouts: Rollouts, sequences: Sequences, *, advantage
                       ref_logprobs=ref_logprobs if run.actor.kl_estimator is not None else None)
 
 
+def save_train_generations(run: Run, step: int, rollouts: Rollouts, *, texts: list[str],
+                           scores: torch.Tensor) -> None:
+    """trainer.log_train_generations responses, every trainer.generations_log_freq steps."""
+    trainer = run.cfg.trainer
+    log_train_generations(run.run_dir, step, rollouts, texts=texts, scores=scores.tolist(),
+                          count=trainer.log_train_generations, every=trainer.generations_log_freq)
+
+
+def validation_records(records: list[dict]) -> tuple[dict[str, float], dict[str, float]]:
+    """The validation metrics before training and the latest ones, from the
+    metrics.jsonl records of the run being resumed (none for a fresh run)."""
+    found = [{k: v for k, v in r.items() if k.startswith("val-")} for r in records]
+    found = [values for values in found if values]
+    first = found[0] if records and records[0]["step"] == 0 and found else {}
+    return first, (found[-1] if found else {})
+
+
 class ProgressBar:
     """Step, reward and time left on one line (tqdm), when enabled."""
 
@@ -163,12 +212,19 @@ class ProgressBar:
         self.bar = None
         if run.cfg.trainer.progress_bar:
             from tqdm import tqdm
-            self.bar = tqdm(total=run.total_steps, desc="GRPO", unit="step", dynamic_ncols=True)
+            self.bar = tqdm(total=run.total_steps, initial=run.progress.step, desc="GRPO",
+                            unit="step", dynamic_ncols=True)
 
-    def update(self, metrics: dict, step: int) -> None:
-        if self.bar is not None:
-            self.bar.set_postfix(reward=f"{metrics['critic/score/mean']:.3f}", refresh=False)
-            self.bar.update(1)
+    def update(self, metrics: dict, last_val: dict) -> None:
+        """Training reward of this step, and the latest validation accuracy."""
+        if self.bar is None:
+            return
+        shown = {"reward": f"{metrics['critic/score/mean']:.3f}"}
+        accuracies = [v for k, v in last_val.items() if k.startswith("val-core/") and "/acc/" in k]
+        if accuracies:
+            shown["val_acc"] = f"{sum(accuracies) / len(accuracies):.3f}"
+        self.bar.set_postfix(shown, refresh=False)
+        self.bar.update(1)
 
     def close(self) -> None:
         if self.bar is not None:

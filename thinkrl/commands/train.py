@@ -3,6 +3,10 @@
 `thinkrl train` alone runs the built-in `tiny` recipe. Overrides use verl's
 dotted keys on top of verl's defaults, so a verl launch line means the same
 after `thinkrl train`; `--config tiny key=value ...` changes the tiny recipe.
+
+Before anything is built, the checks of `thinkrl doctor` run on the same
+config: their warnings are printed, and a failing check stops the run with
+its fix (`--skip-doctor` starts anyway).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ def add_parser(sub) -> None:
     parser = sub.add_parser("train", help="run GRPO training", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", help="recipe YAML file or built-in recipe name (default: tiny)")
+    parser.add_argument("--skip-doctor", action="store_true",
+                        help="start even when a `thinkrl doctor` check fails (they are not run)")
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides (verl style)")
 
 
@@ -25,9 +31,27 @@ def run(args) -> int:
 
     log = console_log()
     cfg = load_run_config(args.config, args.overrides, log=log)
+    if not args.skip_doctor:
+        preflight(cfg, log=log)
     result = train(cfg, log=log)
     _summary(result, log)
     return 0
+
+
+def preflight(cfg, *, log) -> None:
+    """The doctor's checks: print what is not ok; raise ValueError on a failure."""
+    from thinkrl.config import validate
+    from thinkrl.doctor import diagnose, has_failure
+    from thinkrl.doctor.report import listing
+
+    validate(cfg)  # a config error keeps its own one-message form (and skips the slow checks)
+    results = [r for r in diagnose(cfg, log=log) if r.status != "ok"]
+    if has_failure(results):
+        failed = sum(r.status == "fail" for r in results)
+        raise ValueError(f"`thinkrl doctor` found {failed} problem(s) that would stop this run:\n"
+                         f"{listing(results)}\nFix them, or pass --skip-doctor to start anyway.")
+    if results:
+        log("doctor:\n" + listing(results))
 
 
 def _summary(result, log) -> None:

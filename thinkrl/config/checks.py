@@ -17,11 +17,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from thinkrl.config.schema import Config
+from thinkrl.data.templates import TEMPLATES
+from thinkrl.loggers import logger_problems
 
 __all__ = ["DerivedSizes", "inactive_settings", "validate"]
 
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 KL_ESTIMATORS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+# "auto" plus thinkrl.rewards.registry.SCORER_NAMES (not imported: it loads sympy; a test pins them equal)
+REWARD_SCORERS = ("auto", "gsm8k", "math", "r1")
 
 _ARR = "actor_rollout_ref"
 _CHOICES: dict[str, tuple[str, ...]] = {
@@ -36,10 +40,11 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     f"{_ARR}.rollout.name": ("native", "vllm", "sglang"),
     f"{_ARR}.rollout.mode": ("sync",),
     "data.truncation": ("error", "left", "right", "middle"),
-    "data.template": ("chat",),
+    "data.template": TEMPLATES,
     "trainer.resume_mode": ("auto", "disable", "resume_path"),
     "trainer.device": ("auto", "cpu", "cuda", "npu"),
     "trainer.backend": ("local", "ray"),
+    "reward.scorer": REWARD_SCORERS,
 }
 _POSITIVE = (
     "data.train_batch_size", "data.max_prompt_length", "data.max_response_length",
@@ -79,6 +84,12 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     f"{_ARR}.rollout.gpu_memory_utilization": (lambda v: 0 < v <= 1, "use a fraction in (0, 1], e.g. 0.5"),
     "algorithm.kl_ctrl.kl_coef": (lambda v: v >= 0, "use a coefficient >= 0, e.g. 0.001"),
     "trainer.log_val_generations": (lambda v: v >= 0, "use a count >= 0"),
+    "reward.timeout_s": (lambda v: 0 < v < float("inf"), "use seconds per response > 0, e.g. 10"),
+    "reward.num_workers": (lambda v: v >= 0, "use 0 (score in the trainer process) or a worker count, e.g. 2"),
+    "reward.zero_reward_warn_steps": (lambda v: v >= 0, "use a step count >= 0 (0 never warns)"),
+    "reward.format_score": (lambda v: abs(v) < float("inf"), "use a finite score, e.g. 0.0 or 0.1"),
+    "reward.r1_format_weight": (lambda v: abs(v) < float("inf"), "use a finite weight, e.g. 0.5"),
+    "reward.r1_accuracy_weight": (lambda v: abs(v) < float("inf"), "use a finite weight, e.g. 1.0"),
 }
 # key -> (value that is not supported, what to do)
 _DYNAMIC_BSZ = "token-count micro-batching is not implemented; set it to False and use {}_per_gpu"
@@ -205,6 +216,8 @@ def validate(cfg: Config) -> DerivedSizes:
 
 def _check_combinations(cfg: Config, bad: Callable[[str, str], None], problems: list[str]) -> None:
     arr = cfg.actor_rollout_ref
+    if cfg.data.val_template is not None and cfg.data.val_template not in TEMPLATES:
+        bad("data.val_template", f"use one of: {', '.join(TEMPLATES)}, or null for data.template's")
     if cfg.algorithm.adv_estimator == "grpo" and arr.rollout.n == 1:
         bad(f"{_ARR}.rollout.n", "GRPO compares responses within a group, so n=1 gives all-zero advantages; "
             "set actor_rollout_ref.rollout.n>=2 (e.g. 5)")
@@ -213,8 +226,15 @@ def _check_combinations(cfg: Config, bad: Callable[[str, str], None], problems: 
             f"  - {_ARR}.actor.use_kl_loss=True and algorithm.use_kl_in_reward=True: this counts the KL twice; "
             "pick one (GRPO uses the loss: set algorithm.use_kl_in_reward=False)"
         )
+    for problem in logger_problems(cfg.trainer.logger):
+        problems.append(f"  - trainer.logger={_show(cfg.trainer.logger)}: {problem}")
     if cfg.trainer.resume_mode == "resume_path" and not cfg.trainer.resume_from_path:
         bad("trainer.resume_from_path", "trainer.resume_mode=resume_path needs the checkpoint path here")
+    if cfg.custom_reward_function.path and cfg.reward.scorer != "auto":
+        problems.append(
+            f"  - custom_reward_function.path={cfg.custom_reward_function.path} and reward.scorer="
+            f"{cfg.reward.scorer}: the custom function scores every row, so reward.scorer would be "
+            "ignored; remove one of them")
     world = cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes
     tp = arr.rollout.tensor_model_parallel_size
     if arr.rollout.name != "native" and tp >= 1 and world >= 1 and world % tp:
@@ -358,8 +378,6 @@ def inactive_settings(cfg: Config) -> list[str]:
     if not cfg.algorithm.use_kl_in_reward:
         note(("algorithm.kl_penalty", "algorithm.kl_ctrl.type", "algorithm.kl_ctrl.kl_coef",
               "algorithm.kl_ctrl.horizon", "algorithm.kl_ctrl.target_kl"), "algorithm.use_kl_in_reward is False")
-    note(("trainer.save_freq", "trainer.resume_mode", "trainer.resume_from_path",
-          "trainer.max_actor_ckpt_to_keep"), "checkpointing comes in a later release")
     note(("trainer.log_val_generations", "data.return_raw_chat", "data.return_full_prompt",
           "data.validation_shuffle", f"{rollout}.calculate_log_probs", "trainer.balance_batch",
           "reward_model.reward_manager"),

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from thinkrl.data.files import read_rows, resolve_files
+from thinkrl.data.templates import TEMPLATES, render_prompt
 from thinkrl.records import PromptBatch, Sample
 
 
@@ -16,16 +17,6 @@ from thinkrl.records import PromptBatch, Sample
 class Prompt:
     ids: list[int]
     sample: Sample
-
-
-def render_chat(tokenizer, messages: list[dict], *, chat_kwargs: dict) -> str:
-    """The tokenizer's own chat template, ending with the assistant turn's header."""
-    if not getattr(tokenizer, "chat_template", None):
-        raise ValueError(
-            "data.template=chat but the tokenizer has no chat template. Use a tokenizer "
-            "that ships one, or set actor_rollout_ref.model.custom_chat_template.")
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
-                                         **chat_kwargs)
 
 
 def _truncate(ids: list[int], limit: int, side: str) -> list[int]:
@@ -39,16 +30,23 @@ def _truncate(ids: list[int], limit: int, side: str) -> list[int]:
 
 def load_prompts(files: str | list[str], tokenizer, *, key: str, prompt_key: str,
                  reward_fn_key: str, max_prompt_length: int, filter_overlong: bool,
-                 truncation: str, chat_kwargs: dict, media_keys: tuple[str, ...] = (),
-                 log=print) -> list[Prompt]:
-    """Read, render and tokenise every row of `files` (the value of config `key`)."""
+                 truncation: str, chat_kwargs: dict, template: str = "chat",
+                 media_keys: tuple[str, ...] = (), log=print) -> list[Prompt]:
+    """Read, render (with the prompt `template`, see thinkrl.data.templates)
+    and tokenise every row of `files` (the value of config `key`)."""
+    if template not in TEMPLATES:  # before reading any file
+        raise ValueError(f"{key}: unknown prompt template {template!r}; known templates: "
+                         f"{', '.join(TEMPLATES)}")
     prompts: list[Prompt] = []
     too_long: list[tuple[int, Path, int]] = []
     for path in resolve_files(files, key=key):
         for index, row in enumerate(read_rows(path, prompt_key=prompt_key,
                                               reward_fn_key=reward_fn_key,
                                               media_keys=media_keys)):
-            text = render_chat(tokenizer, row[prompt_key], chat_kwargs=chat_kwargs)
+            try:
+                text = render_prompt(template, tokenizer, row[prompt_key], chat_kwargs)
+            except ValueError as err:
+                raise ValueError(f"{key}: {path}, row {index}: {err}") from None
             ids = tokenizer(text, add_special_tokens=False)["input_ids"]
             if len(ids) > max_prompt_length:
                 too_long.append((len(ids), path, index))

@@ -63,7 +63,8 @@ def read_rows(path: Path, *, prompt_key: str, reward_fn_key: str,
 
     if path.suffix not in SUFFIXES:
         raise ValueError(f"{path}: thinkrl reads parquet files in verl's schema; convert it "
-                         "first (a later release's `thinkrl prep` does it for jsonl sets)")
+                         "first: `thinkrl prep SOURCE --input FILE --output DIR` (see "
+                         "`thinkrl prep --help`)")
     try:
         table = pq.read_table(path)
     except Exception as err:  # pyarrow raises several types for a damaged file

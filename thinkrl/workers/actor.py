@@ -92,6 +92,20 @@ class ActorWorker:
             result["actor/kl_coef"] = self.cfg.kl_loss_coef
         return result
 
+    def state_dict(self) -> dict:
+        """The actor's state apart from its weights (saved as safetensors):
+        AdamW moments and step counts, the LR schedule's position and the
+        generator that shuffles mini-batches. Tensors and plain values only."""
+        return {"optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "shuffle_generator": self.shuffle_generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        # The optimizer first: it restores each group's lr as the schedule last set it.
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.shuffle_generator.set_state(state["shuffle_generator"])
+
     def _train_mini_batch(self, mini: TrainBatch) -> dict[str, float]:
         scale = LossScale.of(mini.response_mask, response_length=self.max_response_length)
         self.optimizer.zero_grad(set_to_none=True)

@@ -1,0 +1,102 @@
+"""Config checks: the backend, rollout parallel sizes, pre-sharded weights (seed 000, bug 3)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from doctor_helpers import context
+
+from thinkrl.doctor.config import (check_backend, check_parallel_layout, check_rollout_parallel,
+                                   check_validate)
+from thinkrl.doctor.shards import read_sharded_layout
+
+
+def _megatron_folder(root: Path, *, tp: int, pp: int | None) -> Path:
+    """What MindSpeed's convert_ckpt writes: release/mp_rank_TT[_PPP]/model_optim_rng.pt."""
+    (root / "latest_checkpointed_iteration.txt").parent.mkdir(parents=True, exist_ok=True)
+    (root / "latest_checkpointed_iteration.txt").write_text("release")
+    for t in range(tp):
+        for p in range(pp or 1):
+            name = f"mp_rank_{t:02d}" if pp is None else f"mp_rank_{t:02d}_{p:03d}"
+            (root / "release" / name).mkdir(parents=True)
+            (root / "release" / name / "model_optim_rng.pt").write_bytes(b"x")
+    return root
+
+
+def test_reads_tp_and_pp_from_the_rank_folders(tmp_path):
+    layout = read_sharded_layout(_megatron_folder(tmp_path / "a", tp=8, pp=2))
+    assert (layout.tensor_parallel, layout.pipeline_parallel) == (8, 2)
+    layout = read_sharded_layout(_megatron_folder(tmp_path / "b", tp=4, pp=None))
+    assert (layout.tensor_parallel, layout.pipeline_parallel) == (4, 1)
+    assert read_sharded_layout(tmp_path / "missing") is None
+
+
+def test_sharded_actor_with_another_layout_than_the_run_fails(tmp_path):
+    # Seed 000: the actor was converted TP8/PP2 while the run used TP2/PP1.
+    folder = _megatron_folder(tmp_path / "qwen7b_tp8pp2", tp=8, pp=2)
+    ctx = context(f"actor_rollout_ref.model.path={folder}",
+                  "actor_rollout_ref.rollout.tensor_model_parallel_size=2")
+    [row] = [r for r in check_parallel_layout(ctx) if r.status != "ok"]
+    assert row.status == "fail"
+    assert "TP8 PP2" in row.found and "TP2 PP1" in row.found and "layouts differ" in row.found
+    assert "same TP/PP" in row.fix and "Hugging Face folder" in row.fix
+
+
+def test_hf_model_folder_has_a_consistent_layout(tiny_model_dir):
+    [row] = check_parallel_layout(context(f"actor_rollout_ref.model.path={tiny_model_dir}"))
+    assert row.status == "ok"
+
+
+def test_fsdp_size_must_divide_the_devices():
+    rows = check_parallel_layout(context("actor_rollout_ref.actor.fsdp_config.fsdp_size=3",
+                                         "actor_rollout_ref.model.path=/nonexistent"))
+    assert [r.status for r in rows] == ["fail"] and "divisor of 1" in rows[0].fix
+
+
+def test_backend_rows_reuse_the_builds_message():
+    from thinkrl.build import check_backend as build_check_backend
+    from thinkrl.config import validate
+
+    ctx = context("trainer.backend=ray")
+    [row] = [check_backend(ctx)]
+    assert row.status == "fail"
+    try:
+        build_check_backend(ctx.cfg, validate(ctx.cfg))
+    except ValueError as err:
+        assert str(err).startswith(row.found) and row.fix in str(err)
+    # checked even when the batch sizes are broken too
+    assert check_backend(context("trainer.backend=ray", "data.train_batch_size=30")).status == "fail"
+
+
+def test_rollout_tp_larger_than_a_node_fails():
+    ctx = context("actor_rollout_ref.rollout.name=vllm", "trainer.n_gpus_per_node=4",
+                  "actor_rollout_ref.rollout.tensor_model_parallel_size=8")
+    row = check_rollout_parallel(ctx)
+    assert row.status == "fail" and "TP8" in row.found and "tensor_model_parallel_size=4" in row.fix
+
+
+def test_batch_size_problems_become_one_row_each():
+    rows = check_validate(context("data.train_batch_size=30", "actor_rollout_ref.rollout.n=1"))
+    assert len(rows) >= 2 and {r.status for r in rows} == {"fail"}
+    assert any("rollout.n" in r.found for r in rows)
+    assert any("train_batch_size=30" in r.found for r in rows)
+
+
+def test_more_devices_asked_than_visible_fails(monkeypatch):
+    import torch
+
+    from thinkrl.doctor.config import check_devices
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    row = check_devices(context("trainer.device=cuda", "trainer.n_gpus_per_node=8"))
+    assert row.status == "fail" and "sees 2 cuda" in row.found
+    assert "trainer.n_gpus_per_node=2" in row.fix and "CUDA_VISIBLE_DEVICES" in row.fix
+    assert check_devices(context("trainer.device=cuda", "trainer.n_gpus_per_node=2")).status == "ok"
+
+
+def test_an_npu_run_without_torch_npu_fails_with_the_devices_message():
+    from thinkrl.doctor.config import check_devices
+
+    row = check_devices(context("trainer.device=npu"))
+    assert row.status == "fail" and "torch_npu" in row.found and "ASCEND_RT_VISIBLE_DEVICES" in row.fix

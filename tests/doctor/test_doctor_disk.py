@@ -1,0 +1,66 @@
+"""Disk checks (seed 004: `OSError: Not enough disk space` with Ray and caches on a small root disk)."""
+
+from __future__ import annotations
+
+import shutil
+from collections import namedtuple
+
+from doctor_helpers import context
+
+from thinkrl.doctor import disk
+from thinkrl.doctor.disk import BYTES_PER_PARAM_CHECKPOINT, check_space, nearest_existing
+
+Usage = namedtuple("Usage", "total used free")
+GiB = 2**30
+
+
+def _stub_disk(monkeypatch, *, free: float, total: float = 500 * GiB) -> None:
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: Usage(int(total), int(total - free), int(free)))
+
+
+def test_nearly_full_disk_fails_and_names_the_variables(monkeypatch, tmp_path):
+    _stub_disk(monkeypatch, free=300 * 2**20)
+    ctx = context("trainer.backend=ray", f"trainer.default_local_dir={tmp_path / 'run'}", param_count=10**6,
+                  env={"TMPDIR": str(tmp_path)})
+    rows = {r.check: r for r in check_space(ctx)}
+    assert rows["disk/ray-temp"].status == "fail"
+    assert "RAY_TMPDIR" in rows["disk/ray-temp"].fix and "--object-spilling-directory" in rows["disk/ray-temp"].fix
+    assert rows["disk/tmp"].status == "fail" and "TMPDIR" in rows["disk/tmp"].fix
+    assert "/tmp/ray" in rows["disk/ray-temp"].found  # Ray's default when RAY_TMPDIR is unset
+
+
+def test_checkpoint_estimate_counts_weights_and_adamw(monkeypatch, tmp_path):
+    # 1e9 parameters x 12 bytes x 2 kept checkpoints = 24e9 bytes ~ 22.4 GiB; 20 GiB free.
+    _stub_disk(monkeypatch, free=20 * GiB)
+    ctx = context("trainer.save_freq=10", "trainer.max_actor_ckpt_to_keep=2",
+                  f"trainer.default_local_dir={tmp_path / 'run'}", param_count=10**9)
+    [place] = [p for p in disk.locations(ctx) if p.name == "checkpoints"]
+    assert place.need == 2 * 10**9 * BYTES_PER_PARAM_CHECKPOINT
+    row = next(r for r in check_space(ctx) if r.check == "disk/checkpoints")
+    assert row.status == "fail" and "trainer.default_local_dir" in row.fix
+
+
+def test_without_a_keep_limit_every_checkpoint_counts(tmp_path):
+    ctx = context("trainer.save_freq=10", "trainer.total_training_steps=40",
+                  f"trainer.default_local_dir={tmp_path}", param_count=1000)
+    [place] = [p for p in disk.locations(ctx) if p.name == "checkpoints"]
+    assert place.need == 4 * 1000 * BYTES_PER_PARAM_CHECKPOINT
+
+
+def test_roomy_disk_passes_and_ray_is_checked_only_for_the_ray_backend(monkeypatch, tmp_path):
+    _stub_disk(monkeypatch, free=400 * GiB)
+    rows = check_space(context(f"trainer.default_local_dir={tmp_path}", param_count=10**6))
+    assert {r.status for r in rows} == {"ok"}
+    assert "disk/ray-temp" not in {r.check for r in rows}
+
+
+def test_hub_model_ids_need_room_in_the_hf_cache(monkeypatch, tmp_path):
+    _stub_disk(monkeypatch, free=5 * GiB)
+    ctx = context("actor_rollout_ref.model.path=Qwen/Qwen2.5-7B-Instruct", param_count=7 * 10**9,
+                  env={"HF_HOME": str(tmp_path / "hf")})
+    row = next(r for r in check_space(ctx) if r.check == "disk/hf-cache")
+    assert row.status == "fail" and "HF_HOME" in row.fix
+
+
+def test_nearest_existing_folder(tmp_path):
+    assert nearest_existing(tmp_path / "a" / "b" / "c") == tmp_path

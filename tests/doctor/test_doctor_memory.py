@@ -1,0 +1,64 @@
+"""Memory estimate per device, checked by hand on a small config."""
+
+from __future__ import annotations
+
+from doctor_helpers import context
+from transformers import Qwen2Config
+
+from thinkrl.doctor import memory
+from thinkrl.doctor.memory import check_device, check_host, estimate_memory
+
+CONFIG = Qwen2Config(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+RUN = ("data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+       "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+       "data.max_prompt_length=30", "data.max_response_length=34", "data.val_batch_size=1")
+
+
+def _ctx(*extra, device="cpu", **known):
+    known.setdefault("param_count", 100_000)
+    return context(*RUN, *extra, model_config=CONFIG, device_kind=device, **known)
+
+
+def test_terms_by_hand():
+    e = estimate_memory(_ctx())
+    P = 100_000
+    assert (e.weights, e.gradients, e.optimizer, e.reference) == (4 * P, 4 * P, 8 * P, 4 * P)
+    # activations, fp32 on the CPU (c = 4): b=2, s=64, h=64, L=2, a=4, V=1000
+    # per layer 2*64*64 * (34 + 5*4*64/64) = 8192 * 54 = 442368 (16-bit bytes), x 4/2 for fp32
+    # logits 2*64*1000*(4+4) = 1024000
+    assert e.activations == 2 * 442368 * 2 + 1024000
+    # KV: 8 sequences (4 prompts x 2) x 64 tokens x 2 layers x 2 kv heads x 16 dims x 2 (k, v) x 4 bytes
+    # plus sampling logits 8 x 1000 x 4
+    assert e.sequences == 8
+    assert e.kv_cache == 2 * 2 * 2 * 16 * 64 * 8 * 4 + 8 * 1000 * 4
+    assert e.peak == e.weights + e.optimizer + e.reference + max(e.gradients + e.activations, e.kv_cache)
+
+
+def test_checkpointing_and_accelerators_shrink_activations():
+    plain = estimate_memory(_ctx()).activations
+    assert estimate_memory(_ctx("actor_rollout_ref.model.enable_gradient_checkpointing=True")).activations < plain
+    assert estimate_memory(_ctx(device="cuda")).activations < plain  # bf16, fused attention
+
+
+def test_too_little_memory_fails_naming_the_largest_term(monkeypatch):
+    monkeypatch.setattr(memory, "device_capacity", lambda kind: (10 * 2**20, "test device"))
+    row = check_device(_ctx(param_count=10**6))  # AdamW 8 MB of a ~23 MB peak > 10 MB
+    assert row.status == "fail" and "largest: AdamW" in row.found and "optimizer_offload" in row.fix
+    monkeypatch.setattr(memory, "device_capacity", lambda kind: (int(1.1 * estimate_memory(_ctx()).peak), "x"))
+    assert check_device(_ctx()).status == "warn"
+
+
+def test_activation_bound_runs_are_told_to_shrink_micro_batches(monkeypatch):
+    monkeypatch.setattr(memory, "device_capacity", lambda kind: (2**20, "test device"))
+    row = check_device(_ctx("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8", param_count=10))
+    assert "largest: activations" in row.found and "ppo_micro_batch_size_per_gpu" in row.fix
+
+
+def test_host_ram_on_an_accelerator_counts_loading_and_offload(monkeypatch):
+    monkeypatch.setattr(memory, "host_available", lambda: 10 * 2**30)
+    ok_row = check_host(_ctx(device="cuda", param_count=10**9))  # 4 GB to load
+    assert ok_row.status == "ok"
+    row = check_host(_ctx("trainer.backend=ray", "actor_rollout_ref.actor.fsdp_config.optimizer_offload=True",
+                          device="cuda", param_count=10**9))  # + 8 GB of AdamW
+    assert row.status == "fail" and "offloaded AdamW" in row.found

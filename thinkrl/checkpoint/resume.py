@@ -1,0 +1,44 @@
+"""Which checkpoint a run starts from (trainer.resume_mode), and when it saves.
+
+- `auto`: the latest complete checkpoint of trainer.default_local_dir, if any;
+- `disable`: none; a fresh start (checkpoints already in the folder are
+  replaced as this run reaches their steps);
+- `resume_path`: trainer.resume_from_path, a `global_step_N` folder or a run
+  directory (its latest checkpoint).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from thinkrl.checkpoint.store import complete_checkpoints, latest_checkpoint, remove_stale_tmp, resolve_checkpoint
+from thinkrl.config.schema import TrainerConfig
+
+
+def checkpoint_to_resume(trainer: TrainerConfig, run_dir: Path, *, log=print) -> Path | None:
+    remove_stale_tmp(run_dir, log=log)
+    if trainer.resume_mode == "disable":
+        existing = complete_checkpoints(run_dir)
+        if existing:
+            log(f"trainer.resume_mode=disable: starting from step 0; the {len(existing)} "
+                f"checkpoint(s) in {run_dir} are replaced as this run reaches their steps")
+        return None
+    if trainer.resume_mode == "resume_path":
+        try:
+            folder = resolve_checkpoint(trainer.resume_from_path, log=log)
+        except ValueError as err:
+            raise ValueError(f"trainer.resume_from_path={trainer.resume_from_path}: {err}") from None
+        log(f"resuming from {folder} (trainer.resume_mode=resume_path)")
+        return folder
+    folder = latest_checkpoint(run_dir, log=log)
+    if folder is not None:
+        log(f"resuming from {folder}, the latest checkpoint in the run directory "
+            "(trainer.resume_mode=auto; set trainer.resume_mode=disable to start afresh)")
+    return folder
+
+
+def should_save(trainer: TrainerConfig, step: int, total_steps: int) -> bool:
+    """Every trainer.save_freq steps and at the last step (as verl does);
+    never when save_freq <= 0."""
+    freq = trainer.save_freq
+    return freq > 0 and (step % freq == 0 or step == total_steps)

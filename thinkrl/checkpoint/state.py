@@ -1,0 +1,223 @@
+"""What a checkpoint holds, and putting it back: everything an exact resume needs.
+
+    global_step_N/
+      actor/              Hugging Face folder: config.json, generation_config.json,
+                          model.safetensors (float32 master weights), tokenizer files
+      optimizer.pt        AdamW moments and step counts, param groups (lr as last set)
+      trainer_state.pt    LR schedule, loader (epoch, position), the actor's shuffle
+                          generator, the engine's sampling generator, the KL
+                          controller, global RNGs (torch CPU + device, python, numpy),
+                          step and the skipped-updates-in-a-row counter
+      config.yaml         the run's config when it was saved
+      meta.json           step, thinkrl version, config digest; written last, it
+                          marks the checkpoint complete
+
+`.pt` files hold only tensors and plain values and are read with
+`torch.load(weights_only=True)`, which refuses to unpickle anything else.
+
+Not saved, because it is rebuilt identically from the config: the reference
+model (a frozen copy of the *initial* weights, built before the actor's
+weights are restored), the prompts, the scorers, the derived sizes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+import torch
+import yaml
+
+from thinkrl.checkpoint.store import MARKER, atomic_checkpoint, rotate, step_of
+from thinkrl.config.loading import config_to_dict
+
+FORMAT = 1
+ACTOR_DIR = "actor"
+OPTIMIZER_FILE = "optimizer.pt"
+TRAINER_STATE_FILE = "trainer_state.pt"
+CONFIG_FILE = "config.yaml"
+# Keys that say where the run lives and what it resumes from: they may differ
+# between a run and its exact continuation.
+_PLACE_KEYS = ("trainer.resume_mode", "trainer.resume_from_path", "trainer.default_local_dir")
+
+
+@dataclass
+class Progress:
+    """Where the training loop stands after a step."""
+    step: int = 0
+    skipped_updates_in_a_row: int = 0
+
+
+def thinkrl_version() -> str:
+    try:
+        return metadata.version("thinkrl")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def config_digest(cfg) -> str:
+    flat = {k: v for k, v in flat_config(config_to_dict(cfg)).items() if k not in _PLACE_KEYS}
+    return hashlib.sha256(json.dumps(flat, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def flat_config(tree: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value and all(isinstance(k, str) for k in value):
+            flat.update(flat_config(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def save_checkpoint(run, progress: Progress, *, log=print) -> Path:
+    """Write step `progress.step` of `run` atomically, then apply
+    trainer.max_actor_ckpt_to_keep. Returns the checkpoint folder."""
+    start = time.perf_counter()
+    meta = {"format": FORMAT, "step": progress.step, "thinkrl_version": thinkrl_version(),
+            "config_sha256": config_digest(run.cfg)}
+    actor_state = run.actor.state_dict()
+    with atomic_checkpoint(run.run_dir, progress.step, meta) as tmp:
+        run.actor.model.save_pretrained(tmp / ACTOR_DIR)
+        run.tokenizer.save_pretrained(tmp / ACTOR_DIR)
+        torch.save(actor_state.pop("optimizer"), tmp / OPTIMIZER_FILE)
+        torch.save(_trainer_state(run, progress, actor_state), tmp / TRAINER_STATE_FILE)
+        with (tmp / CONFIG_FILE).open("w") as f:
+            yaml.safe_dump(config_to_dict(run.cfg), f, sort_keys=False)
+    folder = run.run_dir / f"global_step_{progress.step}"
+    log(f"saved checkpoint {folder} ({time.perf_counter() - start:.2f} s)")
+    rotate(run.run_dir, keep=run.cfg.trainer.max_actor_ckpt_to_keep,
+           current_step=progress.step, log=log)
+    return folder
+
+
+def _trainer_state(run, progress: Progress, actor_state: dict) -> dict:
+    return {
+        "step": progress.step,
+        "skipped_updates_in_a_row": progress.skipped_updates_in_a_row,
+        "actor": actor_state,  # LR schedule and mini-batch shuffle generator
+        "engine_generator": run.engine.generator_state(),
+        "loader": run.train_loader.state_dict(),
+        "kl_controller": None if run.kl_controller is None else run.kl_controller.state_dict(),
+        "rng": capture_rng(run.actor.device),
+    }
+
+
+def load_checkpoint(run, folder: Path, *, log=print) -> Progress:
+    """Restore every saved state of `folder` into a freshly built `run`."""
+    start = time.perf_counter()
+    meta = json.loads((folder / MARKER).read_text())
+    if meta.get("format") != FORMAT:
+        raise ValueError(f"{folder}: checkpoint format {meta.get('format')} is not the format "
+                         f"{FORMAT} this thinkrl ({thinkrl_version()}) reads")
+    _note_config_changes(run.cfg, folder, meta, log=log)
+    # Read everything before changing anything: a bad file leaves the run as built.
+    optimizer = torch.load(folder / OPTIMIZER_FILE, map_location="cpu", weights_only=True)
+    state = torch.load(folder / TRAINER_STATE_FILE, map_location="cpu", weights_only=True)
+    load_weights(run.actor.model, folder / ACTOR_DIR)
+    run.engine.update_weights(run.actor.model.named_parameters())  # no-op when shared
+    run.actor.load_state_dict({**state["actor"], "optimizer": optimizer})
+    run.engine.set_generator_state(state["engine_generator"])
+    run.train_loader.load_state_dict(state["loader"])
+    if run.kl_controller is not None and state["kl_controller"] is not None:
+        run.kl_controller.load_state_dict(state["kl_controller"])
+    restore_rng(state["rng"], run.actor.device)
+    assert state["step"] == step_of(folder), (folder, state["step"])
+    log(f"restored {folder.name} ({time.perf_counter() - start:.2f} s): model, optimizer, "
+        f"LR schedule, data position (epoch {run.train_loader.epoch}, batch "
+        f"{run.train_loader.position}), RNG states")
+    return Progress(step=state["step"], skipped_updates_in_a_row=state["skipped_updates_in_a_row"])
+
+
+def _note_config_changes(cfg, folder: Path, meta: dict, *, log) -> None:
+    if meta.get("config_sha256") == config_digest(cfg) or not (folder / CONFIG_FILE).is_file():
+        return
+    saved = flat_config(yaml.safe_load((folder / CONFIG_FILE).read_text()) or {})
+    now = flat_config(config_to_dict(cfg))
+    changed = sorted(k for k in saved.keys() | now.keys()
+                     if k not in _PLACE_KEYS and saved.get(k) != now.get(k))
+    shown = ", ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in changed[:8])
+    more = f" and {len(changed) - 8} more" if len(changed) > 8 else ""
+    log(f"note: the config differs from the one {folder.name} was saved with ({shown}{more}); "
+        "the run continues with the new values, so it is not an exact continuation")
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """The safetensors files of a Hugging Face folder (one file, or the shards
+    its index lists)."""
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        return [folder / name for name in shards]
+    single = folder / "model.safetensors"
+    if not single.is_file():
+        raise ValueError(f"{folder}: no model.safetensors (nor an index of shards)")
+    return [single]
+
+
+def load_weights(model: torch.nn.Module, folder: Path) -> None:
+    """Copy the saved tensors into `model`'s parameters in place (the
+    optimizer keeps pointing at them). A key missing from the file is
+    accepted only when its tensor is tied to one that was loaded (an LM head
+    sharing the embedding)."""
+    from safetensors.torch import load_file
+
+    device = next(model.parameters()).device
+    tensors: dict[str, torch.Tensor] = {}
+    for path in weight_files(folder):
+        tensors.update(load_file(path, device=str(device)))
+    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    current = model.state_dict()
+    loaded = {current[k].data_ptr() for k in tensors if k in current}
+    untied = [k for k in missing if current[k].data_ptr() not in loaded]
+    if untied or unexpected:
+        raise ValueError(f"{folder}: the saved weights do not match the model of this run "
+                         f"(missing: {untied[:5]}, unexpected: {list(unexpected)[:5]}); was the "
+                         "checkpoint made with another actor_rollout_ref.model.path?")
+
+
+def capture_rng(device: torch.device) -> dict:
+    """The global generators, which code outside thinkrl (a reward function,
+    a library) may draw from."""
+    version, mt_state, gauss_next = random.getstate()
+    state = {"torch_cpu": torch.get_rng_state(),
+             "python": {"version": version, "state": torch.tensor(mt_state, dtype=torch.int64),
+                        "gauss_next": gauss_next}}
+    accelerator = _accelerator_module(device)
+    if accelerator is not None:
+        state["device"] = accelerator.get_rng_state_all()
+    try:
+        import numpy as np
+    except ImportError:
+        return state
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state["numpy"] = {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": pos,
+                      "has_gauss": has_gauss, "cached_gaussian": cached}
+    return state
+
+
+def restore_rng(state: dict, device: torch.device) -> None:
+    torch.set_rng_state(state["torch_cpu"])
+    py = state["python"]
+    random.setstate((py["version"], tuple(py["state"].tolist()), py["gauss_next"]))
+    accelerator = _accelerator_module(device)
+    if accelerator is not None and "device" in state:
+        accelerator.set_rng_state_all(state["device"])
+    if "numpy" in state:
+        import numpy as np
+
+        s = state["numpy"]
+        np.random.set_state((s["kind"], s["keys"].numpy().astype(np.uint32), s["pos"],
+                             s["has_gauss"], s["cached_gaussian"]))
+
+
+def _accelerator_module(device: torch.device):
+    if device.type == "cpu":
+        return None
+    module = torch.get_device_module(device.type)
+    return module if hasattr(module, "get_rng_state_all") else None

@@ -1,0 +1,188 @@
+"""Checkpoint folders on disk: naming, atomic writes, finding the latest, rotation.
+
+A run directory holds
+
+    global_step_N/                      one complete checkpoint (see thinkrl.checkpoint.state)
+    global_step_N.tmp-<pid>/            a save in progress (or one that crashed): never read
+    latest_checkpointed_iteration.txt   the step of the last completed save (verl's name)
+
+A save writes everything into the `.tmp-<pid>` sibling, fsyncs it, writes the
+completion marker `meta.json` last, renames the folder into place and only
+then rewrites the tracker file (write a temporary file, then `os.replace`).
+A crash or a full disk at any point therefore leaves either the new complete
+checkpoint or the previous one as "latest", never a half-written one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+TRACKER = "latest_checkpointed_iteration.txt"
+MARKER = "meta.json"
+_NAME = re.compile(r"^global_step_(\d+)$")
+_TMP = re.compile(r"^global_step_\d+\.tmp-")
+
+
+def checkpoint_dir(run_dir: Path, step: int) -> Path:
+    return run_dir / f"global_step_{step}"
+
+
+def is_complete(folder: Path) -> bool:
+    return folder.is_dir() and _NAME.match(folder.name) is not None and (folder / MARKER).is_file()
+
+
+def step_of(folder: Path) -> int:
+    match = _NAME.match(folder.name)
+    if match is None:
+        raise ValueError(f"{folder}: not a checkpoint folder (expected a name global_step_N)")
+    return int(match.group(1))
+
+
+def complete_checkpoints(run_dir: Path) -> list[Path]:
+    """The complete checkpoints of `run_dir`, oldest step first."""
+    if not run_dir.is_dir():
+        return []
+    return sorted((p for p in run_dir.iterdir() if is_complete(p)), key=step_of)
+
+
+def latest_checkpoint(run_dir: Path, *, log=print) -> Path | None:
+    """The checkpoint the tracker file names if it is complete, else the
+    newest complete one (a save may have died before the tracker moved, or the
+    tracker's folder may have been deleted), else None."""
+    found = complete_checkpoints(run_dir)
+    tracker = run_dir / TRACKER
+    if tracker.is_file():
+        text = tracker.read_text().strip()
+        named = checkpoint_dir(run_dir, int(text)) if text.isdigit() else None
+        if named is not None and is_complete(named):
+            return named
+        if found:
+            log(f"{tracker} names step {text!r}, which is not a complete checkpoint; "
+                f"using the newest complete one, {found[-1].name}")
+    return found[-1] if found else None
+
+
+def resolve_checkpoint(path: str | Path, *, log=print) -> Path:
+    """A `global_step_N` folder as given, or a run directory's latest one."""
+    path = Path(path).expanduser().resolve()
+    if is_complete(path):
+        return path
+    if _NAME.match(path.name) and path.is_dir():
+        raise ValueError(f"{path} is an incomplete checkpoint (no {MARKER}: its save did not "
+                         f"finish); {_available(path.parent)}")
+    if path.is_dir():
+        latest = latest_checkpoint(path, log=log)
+        if latest is not None:
+            return latest
+        raise ValueError(f"{path} holds no complete checkpoint (global_step_N folder with "
+                         f"{MARKER}); save one with trainer.save_freq > 0")
+    raise ValueError(f"checkpoint {path} does not exist; {_available(path.parent)}")
+
+
+def _available(run_dir: Path) -> str:
+    names = [p.name for p in complete_checkpoints(run_dir)]
+    if not names:
+        return f"{run_dir} holds no complete checkpoint"
+    return f"complete checkpoints in {run_dir}: {', '.join(names)}"
+
+
+def remove_stale_tmp(run_dir: Path, *, log=print) -> None:
+    """Delete the temporary folders of saves that never finished (a crash, a
+    full disk): they are never read and may be large."""
+    if not run_dir.is_dir():
+        return
+    for stale in sorted(p for p in run_dir.iterdir() if _TMP.match(p.name)):
+        log(f"removing {stale.name}: an unfinished checkpoint save of an earlier run")
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def fsync_file(path: Path) -> None:
+    with path.open("rb") as f:
+        os.fsync(f.fileno())
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or a new entry in `path` durable (POSIX only)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems refuse fsync on directories
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def atomic_checkpoint(run_dir: Path, step: int, meta: dict) -> Iterator[Path]:
+    """Yield an empty temporary folder to write step `step`'s files into; on
+    a clean exit, fsync them, write `meta` as the completion marker, rename
+    the folder to `global_step_<step>` and point the tracker at it. On an
+    error the temporary folder is deleted and the error propagates."""
+    final = checkpoint_dir(run_dir, step)
+    tmp = run_dir / f"{final.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+        _write_durably(tmp / MARKER, json.dumps(meta, indent=2) + "\n")
+        for path in tmp.rglob("*"):
+            if path.is_file():
+                fsync_file(path)
+        for path in [*(p for p in tmp.rglob("*") if p.is_dir()), tmp]:
+            fsync_dir(path)
+        _move_into_place(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    fsync_dir(run_dir)
+    _write_durably(run_dir / TRACKER, f"{step}\n", atomic=True)
+
+
+def _move_into_place(tmp: Path, final: Path) -> None:
+    """rename(tmp, final); an older folder of the same step (a run restarted
+    from an earlier step) is moved aside first and deleted after."""
+    old = None
+    if final.exists():
+        old = final.with_name(f"{final.name}.tmp-{os.getpid()}-replaced")
+        shutil.rmtree(old, ignore_errors=True)
+        final.rename(old)
+    tmp.rename(final)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _write_durably(path: Path, text: str, *, atomic: bool = False) -> None:
+    target = path.with_name(f".{path.name}.{os.getpid()}") if atomic else path
+    with target.open("w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    if atomic:
+        os.replace(target, path)
+        fsync_dir(path.parent)
+
+
+def rotate(run_dir: Path, *, keep: int | None, current_step: int, log=print) -> list[Path]:
+    """Delete all but the newest `keep` complete checkpoints up to
+    `current_step` (None keeps all). Checkpoints of later steps, left by an
+    earlier run in the same folder, are not this run's to judge: they stay
+    until this run reaches and replaces them."""
+    if keep is None:
+        return []
+    mine = [p for p in complete_checkpoints(run_dir) if step_of(p) <= current_step]
+    removed = mine[:-keep] if keep > 0 else []
+    for folder in removed:
+        # Drop the marker first: a crash during rmtree leaves an ignored folder.
+        (folder / MARKER).unlink(missing_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)
+        log(f"removed {folder.name} (trainer.max_actor_ckpt_to_keep={keep})")
+    return removed

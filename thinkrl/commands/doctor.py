@@ -1,0 +1,35 @@
+"""`thinkrl doctor [--config RECIPE] [key=value ...] [--json]`
+
+Runs every preflight check of a run (config, data, model and tokenizer,
+versions, environment, disk, memory) and prints one row per finding:
+the check, its status (ok / warn / fail / skip), what it found and how to fix
+it. Exit status 1 when any check fails, else 0. `thinkrl train` runs the same
+checks first. Takes the same recipe and overrides as `thinkrl train`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser("doctor", help="check a run before starting it", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", help="recipe YAML file or built-in recipe name (default: tiny)")
+    parser.add_argument("--json", action="store_true", help="print the results as a JSON list")
+    parser.add_argument("overrides", nargs="*", help="dotted key=value overrides (verl style)")
+
+
+def run(args) -> int:
+    from thinkrl.commands.common import load_run_config
+    from thinkrl.doctor import diagnose, has_failure
+    from thinkrl.doctor.report import summary, table, to_json
+
+    def note(message: str) -> None:  # progress goes to stderr: stdout stays a table or JSON
+        print(message, file=sys.stderr)
+
+    cfg = load_run_config(args.config, args.overrides, log=note)
+    results = diagnose(cfg, log=note)
+    print(to_json(results) if args.json else table(results) + f"\n\n{summary(results)}")
+    return 1 if has_failure(results) else 0

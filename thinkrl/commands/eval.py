@@ -1,0 +1,261 @@
+"""`thinkrl eval --model PATH --data FILE [--n K --temperature T ...] [key=value ...]`
+
+Evaluate a model the way training validates it: the same data loading
+(data.* keys), prompt template, native rollout engine and reward functions.
+Prints a table per data source (mean@n, accuracy, pass@k, length, clip
+ratio) and writes `eval.json` (metrics + settings) and `generations.jsonl`
+(every response) into `--out`.
+
+`--model` is a Hugging Face model folder or hub id, `builtin:tiny-qwen2`, a
+checkpoint folder (`global_step_N`, its Hugging Face weights are found in
+it) or a run directory (its latest checkpoint). Settings start from verl's
+defaults (or `--config RECIPE`), then `key=value` overrides, then the flags:
+greedy decoding with n=1 unless `--n`/`--temperature` say otherwise.
+
+    thinkrl eval --model runs/thinkrl/tiny --data builtin:arith/test --n 8 --temperature 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import time
+from pathlib import Path
+
+from thinkrl.commands.common import console_log, recipe_path
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser("eval", help="evaluate a model or checkpoint on a data set",
+                            description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", help="model folder, hub id, builtin:tiny-qwen2, checkpoint "
+                        "folder or run directory (default: actor_rollout_ref.model.path)")
+    parser.add_argument("--data", action="append", help="parquet file, folder, glob or "
+                        "builtin:arith/test; repeat for several (default: data.val_files)")
+    parser.add_argument("--n", type=int, help="responses per prompt (rollout.val_kwargs.n)")
+    parser.add_argument("--temperature", type=float,
+                        help="sampling temperature; 0 decodes greedily (rollout.val_kwargs)")
+    parser.add_argument("--top-p", type=float, help="nucleus sampling mass (rollout.val_kwargs)")
+    parser.add_argument("--max-new-tokens", type=int,
+                        help="response length limit (rollout.response_length)")
+    parser.add_argument("--batch-size", type=int,
+                        help="prompts per generate call (data.val_batch_size)")
+    parser.add_argument("--template", choices=("chat", "qwen_r1"),
+                        help="prompt template (data.val_template)")
+    parser.add_argument("--out", help="output folder (default: runs/eval/<model>-<time>)")
+    parser.add_argument("--config", help="recipe YAML file or built-in recipe name "
+                        "(default: none, verl's defaults)")
+    parser.add_argument("overrides", nargs="*", help="dotted key=value overrides (verl style)")
+
+
+def run(args) -> int:
+    log = console_log()
+    cfg = eval_config(args)
+    result, settings = run_eval(cfg, log=log)
+    out = output_dir(args.out, settings["model"])
+    write_outputs(out, result, settings)
+    log(format_table(result))
+    log(f"results: {out / 'eval.json'}")
+    log(f"generations: {out / 'generations.jsonl'}")
+    return 0
+
+
+def eval_config(args):
+    """The recipe (if any) + overrides, then the flags on their config keys."""
+    from thinkrl.config import load_config
+
+    cfg = load_config(recipe_path(args.config) if args.config else None, args.overrides)
+    rollout = cfg.actor_rollout_ref.rollout
+    val = rollout.val_kwargs
+    if args.model is not None:
+        cfg.actor_rollout_ref.model.path = args.model
+    if args.data is not None:
+        cfg.data.val_files = args.data[0] if len(args.data) == 1 else list(args.data)
+    if args.n is not None:
+        val.n = args.n
+    if args.temperature is not None:
+        val.temperature, val.do_sample = args.temperature, args.temperature > 0
+    if args.top_p is not None:
+        val.top_p = args.top_p
+    if args.max_new_tokens is not None:
+        rollout.response_length = args.max_new_tokens
+    if args.batch_size is not None:
+        cfg.data.val_batch_size = args.batch_size
+    if args.template is not None:
+        cfg.data.val_template = args.template
+    check_eval_config(cfg)
+    return cfg
+
+
+def check_eval_config(cfg) -> None:
+    val = cfg.actor_rollout_ref.rollout.val_kwargs
+    response_length = cfg.actor_rollout_ref.rollout.response_length or cfg.data.max_response_length
+    if val.n < 1:
+        raise ValueError(f"--n / rollout.val_kwargs.n={val.n}: must be >= 1")
+    greedy = not val.do_sample or val.temperature == 0
+    if val.n > 1 and greedy:
+        raise ValueError(f"--n {val.n} with greedy decoding gives {val.n} identical responses "
+                         "(and a meaningless pass@k); sample with --temperature 1.0 (or "
+                         "rollout.val_kwargs.do_sample=True rollout.val_kwargs.temperature=...)")
+    if not 0 < val.top_p <= 1:
+        raise ValueError(f"--top-p / rollout.val_kwargs.top_p={val.top_p}: must be in (0, 1]")
+    if response_length < 1:
+        raise ValueError(f"--max-new-tokens / rollout.response_length={response_length}: "
+                         "must be >= 1")
+    if cfg.data.val_batch_size is not None and cfg.data.val_batch_size < 1:
+        raise ValueError(f"--batch-size / data.val_batch_size={cfg.data.val_batch_size}: "
+                         "must be >= 1")
+
+
+def run_eval(cfg, *, log=print):
+    """Load model, tokenizer and data as training does, evaluate; returns the
+    EvalResult and the settings that produced it."""
+    from dataclasses import replace
+
+    import torch
+
+    from thinkrl.build import (check_model_fits, native_engine, prompt_set, run_tokenizer,
+                               val_batch_size, validation_sampling)
+    from thinkrl.config.checks import derive_sizes
+    from thinkrl.evaluation import evaluate
+    from thinkrl.models.loading import load_causal_lm
+    from thinkrl.parallel.device import autocast, compute_dtype, resolve_device
+    from thinkrl.rewards.scorer import RewardScorer
+
+    arr, data = cfg.actor_rollout_ref, cfg.data
+    sizes = derive_sizes(cfg)
+    device = resolve_device(cfg.trainer.device)
+    torch.manual_seed(cfg.trainer.seed)
+    model_path = model_folder(arr.model.path, log=log)
+    log(f"model: {model_path}")
+    tokenizer = run_tokenizer(cfg, model_path)
+    template = data.val_template or data.template
+    prompts = prompt_set(cfg, tokenizer, files=data.val_files, key="--data (data.val_files)",
+                         template=template, log=log)
+    reward = RewardScorer.from_config(cfg)
+    reward.check_sources(p.sample.data_source for p in prompts)  # before any generation
+    model = load_causal_lm(model_path, dtype=torch.float32, device=device,
+                           trust_remote_code=arr.model.trust_remote_code,
+                           override_config=arr.model.override_config)
+    # Generation needs room for the longest prompt actually loaded, not for
+    # data.max_prompt_length (verl's default of 512 would reject small models).
+    longest = max(len(p.ids) for p in prompts)
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if limit is not None and longest + sizes.response_length > limit:
+        raise ValueError(f"the longest prompt ({longest} tokens) + --max-new-tokens "
+                         f"{sizes.response_length} exceed the model's max_position_embeddings "
+                         f"{limit} ({model_path}); lower --max-new-tokens")
+    check_model_fits(model, tokenizer, replace(sizes, prompt_length=longest),
+                     model_path=model_path)
+    mixed_precision = autocast(device, compute_dtype(device, arr.model.dtype))
+    engine = native_engine(cfg, model, tokenizer, autocast=mixed_precision)
+    sampling = validation_sampling(cfg, max_tokens=sizes.response_length)
+    batch_size = val_batch_size(cfg, len(prompts))
+    log(f"evaluating {len(prompts)} prompts x {sampling.n} responses "
+        f"({'greedy' if sampling.greedy else f'temperature {sampling.temperature}'}, "
+        f"up to {sampling.max_tokens} tokens, {batch_size} prompts per batch, on {device})")
+    with reward:
+        result = evaluate(engine, prompts, tokenizer=tokenizer, sampling=sampling,
+                          reward=reward, batch_size=batch_size,
+                          on_batch=lambda done, total: log(f"  {done}/{total} prompts"))
+    settings = {"model": model_path, "data": data.val_files, "template": template,
+                "n": sampling.n, "temperature": sampling.temperature, "top_p": sampling.top_p,
+                "top_k": sampling.top_k, "do_sample": sampling.do_sample,
+                "max_new_tokens": sampling.max_tokens, "batch_size": batch_size,
+                "seed": cfg.trainer.seed, "device": str(device)}
+    return result, settings
+
+
+def model_folder(path: str, *, log=print) -> str:
+    """The folder (or hub id) to load weights from. A folder without a
+    config.json is searched for one below it (a checkpoint's Hugging Face
+    copy); of several, the newest `global_step_N` wins (a run directory)."""
+    from thinkrl import builtin
+
+    if builtin.is_builtin(path):
+        return builtin.resolve_model_path(path, log=log)
+    local = Path(path).expanduser()
+    if not local.exists():
+        if path.startswith(("/", ".", "~")) or path.count("/") > 1:
+            raise ValueError(f"--model {path}: no such folder. Give a Hugging Face model folder, "
+                             "a checkpoint folder (global_step_N), a run directory, a hub id "
+                             "or builtin:tiny-qwen2.")
+        return path  # a hub id: transformers fetches it (or says why it cannot)
+    if (local / "config.json").is_file():
+        return str(local.resolve())
+    found = [p.parent for p in sorted(local.glob("**/config.json"))
+             if ".tmp-" not in str(p.relative_to(local))]
+    if not found:
+        raise ValueError(f"--model {local.resolve()}: neither it nor any folder below it holds "
+                         "a config.json (a Hugging Face model). Point --model at a model "
+                         "folder, a checkpoint folder (global_step_N) or a run directory.")
+    if len(found) == 1:
+        return str(found[0].resolve())
+    steps = {folder: _global_step(folder.relative_to(local)) for folder in found}
+    if any(step is None for step in steps.values()) or len(set(steps.values())) < len(steps):
+        listing = ", ".join(str(f.relative_to(local)) for f in found[:6])
+        raise ValueError(f"--model {local.resolve()}: several models below it ({listing}); "
+                         "point --model at the one to evaluate.")
+    newest = max(found, key=lambda folder: steps[folder])
+    log(f"{local}: using the newest checkpoint, {newest.relative_to(local)}")
+    return str(newest.resolve())
+
+
+def _global_step(relative: Path) -> int | None:
+    steps = [int(m.group(1)) for part in relative.parts
+             if (m := re.fullmatch(r"global_step_(\d+)", part))]
+    return steps[0] if len(steps) == 1 else None
+
+
+def output_dir(out: str | None, model_path: str) -> Path:
+    if out is not None:
+        return Path(out).expanduser().resolve()
+    # runs/thinkrl/tiny/global_step_20/hf -> tiny-global_step_20-hf
+    parents = list(Path(model_path).parts)
+    names = [parents.pop()]
+    while parents and re.fullmatch(r"global_step_\d+|huggingface|hf|actor", names[0]):
+        names.insert(0, parents.pop())
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(names))
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return (Path("runs") / "eval" / f"{name}-{stamp}").resolve()
+
+
+def write_outputs(out: Path, result, settings: dict) -> None:
+    from dataclasses import asdict
+
+    from thinkrl.generations import write_jsonl
+
+    out.mkdir(parents=True, exist_ok=True)
+    report = {"settings": settings, "prompts": sum(s.prompts for s in result.summaries),
+              "samples": len(result.generations), "metrics": result.metrics(),
+              "per_source": [asdict(s) for s in result.summaries]}
+    tmp = out / ".eval.json.tmp"
+    tmp.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    tmp.replace(out / "eval.json")
+    write_jsonl(out / "generations.jsonl", result.generations)
+
+
+def format_table(result) -> str:
+    """One row per data source: prompts, samples, mean@n, accuracy, pass@k,
+    mean response length, clip ratio."""
+    from thinkrl.evaluation import CORRECT_SCORE
+
+    n = result.n
+    ks = sorted({k for s in result.summaries for k in s.pass_at})
+    header = (["data source", "prompts", "samples", f"mean@{n}", "acc"]
+              + [f"pass@{k}" for k in ks] + ["mean len", "clip"])
+    rows = [[s.data_source, str(s.prompts), str(s.samples), f"{s.mean_score:.3f}",
+             f"{s.accuracy:.3f}"] + [f"{s.pass_at[k]:.3f}" for k in ks]
+            + [f"{s.mean_length:.1f}", f"{s.clip_ratio:.3f}"] for s in result.summaries]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths)))
+    rule = "-" * len(line(header))
+    footer = (f"{result.seconds:.1f} s; acc: score >= {CORRECT_SCORE}"
+              + (f"; {result.scorer_errors} scorer errors (scored 0)" if result.scorer_errors
+                 else ""))
+    return "\n".join([line(header), rule, *[line(r) for r in rows], rule, footer])

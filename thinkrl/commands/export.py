@@ -1,0 +1,30 @@
+"""`thinkrl export CKPT --out DIR`
+
+Write the trained actor of a checkpoint as a Hugging Face folder (config.json,
+generation_config.json, tokenizer files, model.safetensors) that
+`transformers.AutoModelForCausalLM.from_pretrained(DIR)` loads. CKPT is a
+`global_step_N` folder, or a run directory (its latest complete checkpoint).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from thinkrl.commands.common import console_log
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser("export", help="write a checkpoint's model as a Hugging Face folder",
+                            description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkpoint", metavar="CKPT",
+                        help="a global_step_N folder, or a run directory (its latest checkpoint)")
+    parser.add_argument("--out", required=True, metavar="DIR",
+                        help="the folder to write (must not exist, or be empty)")
+
+
+def run(args) -> int:
+    from thinkrl.checkpoint.export import export_checkpoint
+
+    export_checkpoint(args.checkpoint, args.out, log=console_log())
+    return 0

@@ -1,0 +1,54 @@
+"""One problem of a source set, and the verl RL row it becomes.
+
+verl's RL parquet schema (as its examples/data_preprocess scripts write it):
+
+    data_source   str                       picks the reward function
+    prompt        [{"role": "user", "content": question [+ " " + instruction]}]
+    ability       str                       e.g. "math"
+    reward_model  {"style": "rule", "ground_truth": str}
+    extra_info    {"split": str, "index": int, + the source's own fields}
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class Example:
+    """A problem as the source states it, before any template."""
+
+    question: str
+    ground_truth: str
+    """What the reward compares the response's final answer with."""
+    data_source: str
+    ability: str
+    original: dict = field(default_factory=dict)
+    """The source's own fields (question, full answer, ...) kept in extra_info."""
+
+
+def to_verl_row(example: Example, *, split: str, index: int, instruction: str | None) -> dict:
+    """The row of `example`; `instruction` (for the chat template; None for
+    templates that carry their own) follows the question after a space, as in
+    verl's preprocessing scripts."""
+    content = example.question if instruction is None else f"{example.question} {instruction}"
+    return {
+        "data_source": example.data_source,
+        "prompt": [{"role": "user", "content": content}],
+        "ability": example.ability,
+        "reward_model": {"style": "rule", "ground_truth": example.ground_truth},
+        "extra_info": {"split": split, "index": index, **example.original},
+    }
+
+
+def write_rows(rows: list[dict], path: Path) -> None:
+    """One parquet file, written atomically: a reader never sees half a file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    pq.write_table(pa.Table.from_pylist(rows), tmp)
+    tmp.replace(path)

@@ -1,0 +1,151 @@
+"""Config checks: batch sizes, backend, devices, parallel sizes and layouts.
+
+The batch-size and backend rules live in `thinkrl.config.checks.validate`
+and `thinkrl.build.check_backend`; these checks call them and turn their
+messages into rows, so a rule and its wording exist once.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from thinkrl.doctor.core import CheckResult, DoctorContext, NotChecked, fail, ok, warn
+from thinkrl.doctor.shards import read_sharded_layout
+
+
+def check_validate(ctx: DoctorContext) -> list[CheckResult]:
+    """Every cross-field rule of the config, one row per problem."""
+    from thinkrl.config import validate
+
+    try:
+        sizes = validate(ctx.cfg)
+    except ValueError as err:
+        problems = [line[4:] for line in str(err).splitlines() if line.startswith("  - ")]
+        return [fail("config/validate", *_split_problem(p)) for p in problems] or [
+            fail("config/validate", str(err), "see the message")]
+    return [ok("config/validate",
+               f"{sizes.prompts_per_step} prompts x {sizes.responses_per_prompt} = "
+               f"{sizes.responses_per_step} responses per step, {sizes.mini_batches_per_step} "
+               f"mini-batch(es), micro-batch {sizes.micro_batch_size_per_device} per device, "
+               f"{sizes.grad_accum_steps} accumulation step(s)")]
+
+
+def _split_problem(problem: str) -> tuple[str, str]:
+    """"key=value: what to do" -> (found, fix)."""
+    found, sep, fix = problem.partition(": ")
+    return (found, fix) if sep else (problem, "see the message")
+
+
+def check_backend(ctx: DoctorContext) -> CheckResult:
+    """What this release can run: the same function `build_run` calls."""
+    from thinkrl.build import check_backend as build_check_backend
+
+    trainer = ctx.cfg.trainer
+    # It reads only the device count from the sizes: pass just that, so this
+    # row is checked even when the batch sizes are broken.
+    devices = SimpleNamespace(world_size=trainer.n_gpus_per_node * trainer.nnodes)
+    try:
+        build_check_backend(ctx.cfg, devices)
+    except ValueError as err:
+        found, _, fix = str(err).partition("; ")
+        return fail("config/backend", found, fix or str(err))
+    return ok("config/backend", f"trainer.backend={ctx.cfg.trainer.backend}, "
+              f"rollout.name={ctx.cfg.actor_rollout_ref.rollout.name}, one device")
+
+
+def check_devices(ctx: DoctorContext) -> CheckResult:
+    """trainer.n_gpus_per_node against the devices this node actually sees."""
+    from thinkrl.doctor.environment import visible_devices
+    from thinkrl.parallel.device import resolve_device
+
+    trainer = ctx.cfg.trainer
+    try:
+        resolve_device(trainer.device)
+    except ValueError as err:
+        found, _, fix = str(err).partition(" (")
+        return fail("config/devices", found, "(" + fix if fix else str(err))
+    kind = ctx.device_kind
+    asked = f"trainer.n_gpus_per_node={trainer.n_gpus_per_node} x trainer.nnodes={trainer.nnodes}"
+    if kind == "cpu":
+        return ok("config/devices", f"{asked} on the CPU (one process per device)")
+    visible, variable = visible_devices(kind)
+    if trainer.n_gpus_per_node > visible:
+        return fail("config/devices", f"{asked}, but this node sees {visible} {kind} device(s)",
+                    f"set trainer.n_gpus_per_node={visible}, or make more devices visible "
+                    f"({variable})")
+    if trainer.n_gpus_per_node < visible:
+        return ok("config/devices", f"{asked}; this node sees {visible} {kind} devices "
+                  f"(the rest stay idle; {variable} chooses which)")
+    return ok("config/devices", f"{asked}; this node sees {visible} {kind} device(s)")
+
+
+def check_rollout_parallel(ctx: DoctorContext) -> CheckResult:
+    """Rollout TP x PP: one engine's devices must fit in one node and tile it."""
+    rollout, trainer = ctx.cfg.actor_rollout_ref.rollout, ctx.cfg.trainer
+    tp, pp = rollout.tensor_model_parallel_size, rollout.pipeline_model_parallel_size
+    per_engine, per_node = tp * pp, trainer.n_gpus_per_node
+    found = f"rollout TP{tp} x PP{pp} = {per_engine} device(s) per engine, {per_node} per node"
+    if rollout.name == "native":
+        if per_engine != 1:
+            return warn("config/rollout-parallel", found + " (rollout.name=native ignores TP/PP)",
+                        "remove tensor/pipeline_model_parallel_size, or use rollout.name=vllm")
+        return ok("config/rollout-parallel", "rollout.name=native: one engine per device")
+    if per_engine > per_node or per_node % per_engine:
+        return fail("config/rollout-parallel", found,
+                    f"choose TP x PP dividing trainer.n_gpus_per_node={per_node} (e.g. "
+                    f"tensor_model_parallel_size={_largest_divisor(per_node, tp)} "
+                    "pipeline_model_parallel_size=1)")
+    return ok("config/rollout-parallel", found)
+
+
+def _largest_divisor(n: int, at_most: int) -> int:
+    return max(d for d in range(1, n + 1) if n % d == 0 and d <= max(at_most, 1))
+
+
+def check_parallel_layout(ctx: DoctorContext) -> list[CheckResult]:
+    """Actor, reference and rollout sharding agree with each other, with the
+    device count, and with any pre-sharded weights the model path holds."""
+    arr, world = ctx.cfg.actor_rollout_ref, ctx.cfg.trainer.n_gpus_per_node * ctx.cfg.trainer.nnodes
+    results: list[CheckResult] = []
+    for role in ("actor", "ref"):
+        size = getattr(arr, role).fsdp_config.fsdp_size
+        if size != -1 and (size < 1 or world % size):
+            results.append(fail(
+                "config/parallel-layout", f"{role}.fsdp_config.fsdp_size={size} with {world} device(s)",
+                f"use -1 (shard over all devices) or a divisor of {world}"))
+    actor_fsdp, ref_fsdp = arr.actor.fsdp_config.fsdp_size, arr.ref.fsdp_config.fsdp_size
+    if actor_fsdp != ref_fsdp and not results:
+        results.append(warn(
+            "config/parallel-layout", f"actor fsdp_size={actor_fsdp}, ref fsdp_size={ref_fsdp}",
+            "the reference is a copy of the actor's weights; give both the same fsdp_size"))
+    results.extend(_sharded_weights(ctx))
+    return results or [ok("config/parallel-layout",
+                          f"actor and reference shard alike over {world} device(s); "
+                          "the model path holds Hugging Face weights")]
+
+
+def _sharded_weights(ctx: DoctorContext) -> list[CheckResult]:
+    """The reference loads the actor's model path in this release (there is
+    no separate reference path), so one sharded folder serves both roles and
+    must match the run's layout; thinkrl itself loads Hugging Face folders."""
+    try:
+        path = ctx.model_path
+    except NotChecked:
+        path = ctx.cfg.actor_rollout_ref.model.path  # a builtin that failed: not sharded
+    layout = read_sharded_layout(path)
+    if layout is None:
+        return []
+    rollout = ctx.cfg.actor_rollout_ref.rollout
+    run_tp, run_pp = rollout.tensor_model_parallel_size, rollout.pipeline_model_parallel_size
+    found = (f"actor_rollout_ref.model.path holds Megatron-sharded weights {layout.describe()}; "
+             f"the actor and the reference load it, the rollout runs TP{run_tp} PP{run_pp}")
+    if (layout.tensor_parallel, layout.pipeline_parallel) != (run_tp, run_pp):
+        found += " - the layouts differ (seed 000: AclOpKernelInit failed)"
+    return [fail("config/parallel-layout", found,
+                 "load the Hugging Face folder the shards were converted from "
+                 "(actor_rollout_ref.model.path=/path/to/hf_model); with sharded weights, convert "
+                 "actor and reference with the same TP/PP as the run")]
+
+
+CHECKS = [check_validate, check_backend, check_devices, check_rollout_parallel,
+          check_parallel_layout]

@@ -1,0 +1,227 @@
+"""Data checks: files, schema, data_source -> reward, prompt template and lengths.
+
+Files are found and read by the same functions the run uses
+(`thinkrl.data.files.resolve_files`, `read_rows`), prompts are rendered by
+`thinkrl.data.templates.render_prompt` and tokenised as `load_prompts` does,
+so what passes here loads at start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from thinkrl.doctor.core import CheckResult, DoctorContext, NotChecked, fail, gib, ok, warn
+
+SAMPLED_ROWS = 1000
+"""Prompts rendered and tokenised per data set for the length check: evenly
+spaced rows, so a 57K-row set costs the same second as a small one."""
+KEYS = ("data.train_files", "data.val_files")
+
+
+@dataclass(frozen=True, slots=True)
+class DataSet:
+    key: str
+    """The config key naming the files."""
+    files: list[Path]
+    rows: list[dict]
+    template: str
+    """The prompt template this set is rendered with."""
+
+
+def _spec(ctx: DoctorContext, key: str):
+    return getattr(ctx.cfg.data, key.split(".")[1])
+
+
+def _template(ctx: DoctorContext, key: str) -> str:
+    data = ctx.cfg.data
+    return data.template if key == "data.train_files" else (data.val_template or data.template)
+
+
+def _files(ctx: DoctorContext, key: str) -> list[Path]:
+    def compute() -> list[Path]:
+        from thinkrl import builtin
+        from thinkrl.data.files import resolve_files
+
+        try:
+            return resolve_files(builtin.resolve_data_files(_spec(ctx, key), log=ctx.log), key=key)
+        except ValueError:
+            raise NotChecked(f"needs readable {key}: see data/files") from None
+    return ctx.remember(f"files:{key}", compute)
+
+
+def dataset_of(ctx: DoctorContext, key: str) -> DataSet:
+    def compute() -> DataSet:
+        from thinkrl.data.files import read_rows
+
+        data, rows = ctx.cfg.data, []
+        files = _files(ctx, key)
+        try:
+            for path in files:
+                rows += read_rows(path, prompt_key=data.prompt_key, reward_fn_key=data.reward_fn_key,
+                                  media_keys=(data.image_key, data.video_key))
+        except ValueError as err:
+            ctx.memo[f"schema-error:{key}"] = err  # data/schema reports it
+            raise NotChecked(f"needs valid rows in {key}: see data/schema") from None
+        return DataSet(key=key, files=files, rows=rows, template=_template(ctx, key))
+    return ctx.remember(f"dataset:{key}", compute)
+
+
+def _each_key(name: str, row: Callable[[DoctorContext, str], CheckResult | None]):
+    """Rows of `row(ctx, key)` for the train and the validation set; a set
+    that cannot be checked gives its own `skip` row."""
+    def per_key(ctx: DoctorContext) -> list[CheckResult]:
+        results = []
+        for key in KEYS:
+            try:
+                result = row(ctx, key)
+            except NotChecked as why:
+                result = CheckResult(name, "skip", f"{key}: {why}")
+            if result is not None:
+                results.append(result)
+        return results
+    per_key.__name__ = "check_" + name.split("/")[1].replace("-", "_")  # the row name on a crash
+    return per_key
+
+
+def check_files(ctx: DoctorContext) -> list[CheckResult]:
+    """Every train/val path resolves to existing, non-empty files."""
+    from thinkrl import builtin
+    from thinkrl.data.files import resolve_files
+
+    results = []
+    for key in KEYS:
+        try:
+            files = resolve_files(builtin.resolve_data_files(_spec(ctx, key), log=ctx.log), key=key)
+        except ValueError as err:
+            found, _, nearest = str(err).partition(". ")
+            results.append(fail("data/files", found, (nearest + " " if nearest else "") +
+                                f"Point {key} at the files your preprocessing wrote (the full "
+                                "name, prefix included)."))
+            continue
+        empty = [p for p in files if p.stat().st_size == 0]
+        if empty:
+            results.append(fail("data/files", f"{key}: empty file(s) {', '.join(map(str, empty))}",
+                                "re-run the preprocessing that writes them"))
+            continue
+        size = sum(p.stat().st_size for p in files)
+        shown = ", ".join(map(str, files[:3])) + (f" (+{len(files) - 3} more)" if len(files) > 3 else "")
+        results.append(ok("data/files", f"{key}: {len(files)} file(s), {gib(size)}: {shown}"))
+    return results
+
+
+def _schema_row(ctx: DoctorContext, key: str) -> CheckResult:
+    """Every row has the prompt, data_source and ground truth the run reads."""
+    data = ctx.cfg.data
+    try:
+        rows = len(dataset_of(ctx, key).rows)
+    except NotChecked:
+        err = ctx.memo.get(f"schema-error:{key}")
+        if err is None:
+            raise
+        found, _, fix = str(err).partition(": ")
+        return fail("data/schema", found, fix or str(err))
+    if key == "data.train_files" and rows < data.train_batch_size:
+        return fail("data/schema", f"{key}: {rows} rows, fewer than data.train_batch_size="
+                    f"{data.train_batch_size}", "lower data.train_batch_size or add data")
+    return ok("data/schema", f"{key}: {rows} rows with {data.prompt_key}, {data.reward_fn_key}, "
+              "reward_model.ground_truth")
+
+
+check_schema = _each_key("data/schema", _schema_row)
+
+
+def check_reward(ctx: DoctorContext) -> CheckResult:
+    """Every data_source of the data has a reward function: the run's own
+    `RewardFnSpec` is built and asked, as the trainer does at start."""
+    from thinkrl.rewards.registry import scorer_name_for
+    from thinkrl.rewards.reward_fn import RewardFnSpec
+
+    spec = RewardFnSpec.from_config(ctx.cfg)
+    try:
+        spec.build()  # a custom file that does not load, an unknown reward.scorer
+    except ValueError as err:
+        found, _, fix = str(err).partition(": ")
+        return fail("data/reward", found, fix or str(err))
+    if spec.custom_path:
+        return ok("data/reward", f"every row is scored by {spec.custom_name} in {spec.custom_path}")
+    if spec.scorer != "auto":
+        return ok("data/reward", f"every row is scored by the built-in {spec.scorer} scorer (reward.scorer)")
+    sources = sorted({row[ctx.cfg.data.reward_fn_key] for key in KEYS for row in dataset_of(ctx, key).rows})
+    try:
+        spec.check_sources(sources)
+    except ValueError as err:
+        found, _, fix = str(err).partition(". ")
+        return fail("data/reward", found, fix or str(err))
+    return ok("data/reward", "; ".join(f"{s} -> {scorer_name_for(s)}" for s in sources))
+
+
+def _rendered(ctx: DoctorContext, key: str) -> str:
+    """Row 0 of `key` rendered with its template (what the model sees)."""
+    def compute() -> str:
+        from thinkrl.data.templates import render_prompt
+
+        dataset = dataset_of(ctx, key)
+        tokenizer = ctx.tokenizer
+        try:
+            return render_prompt(dataset.template, tokenizer, dataset.rows[0][ctx.cfg.data.prompt_key],
+                                 ctx.cfg.data.apply_chat_template_kwargs)
+        except ValueError as err:
+            ctx.memo[f"render-error:{key}"] = err  # data/template reports it
+            raise NotChecked("needs a template that renders: see data/template") from None
+    return ctx.remember(f"rendered:{key}", compute)
+
+
+def _template_row(ctx: DoctorContext, key: str) -> CheckResult | None:
+    """The template each data set uses, shown on its first row."""
+    dataset = dataset_of(ctx, key)
+    if key != KEYS[0] and dataset.template == _template(ctx, KEYS[0]):
+        return None  # the same template as training: shown once
+    try:
+        text = _rendered(ctx, key)
+    except NotChecked:
+        err = ctx.memo.get(f"render-error:{key}")
+        if err is None:
+            raise
+        return fail("data/template", f"{key}: template {dataset.template} does not render row 0",
+                    str(err))
+    return ok("data/template", f"{key}: template {dataset.template}, row 0 renders as {text!r:.300}")
+
+
+def _length_row(ctx: DoctorContext, key: str) -> CheckResult:
+    """Rendered prompt lengths (tokens) against data.max_prompt_length."""
+    from thinkrl.data.templates import render_prompt
+
+    data, dataset = ctx.cfg.data, dataset_of(ctx, key)
+    limit = data.max_prompt_length
+    _rendered(ctx, key)  # row 0 must render: else data/template has said why
+    step = max(1, len(dataset.rows) // SAMPLED_ROWS)
+    texts = []
+    for index in range(0, len(dataset.rows), step):
+        try:
+            texts.append(render_prompt(dataset.template, ctx.tokenizer, dataset.rows[index][data.prompt_key],
+                                       data.apply_chat_template_kwargs))
+        except ValueError as err:
+            return fail("data/prompt-length", f"{key}, row {index}: {err}",
+                        "fix the row or change data.template")
+    lengths = [len(ids) for ids in ctx.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    over = sum(n > limit for n in lengths)
+    sampled = f"{len(lengths)} of {len(dataset.rows)} rows" if step > 1 else f"{len(lengths)} rows"
+    found = (f"{key}: longest prompt {max(lengths)} tokens, data.max_prompt_length={limit}; "
+             f"{over} over the limit ({sampled}, template {dataset.template})")
+    if not over:
+        return ok("data/prompt-length", found)
+    if data.filter_overlong_prompts or data.truncation != "error":
+        action = "dropped" if data.filter_overlong_prompts else f"truncated ({data.truncation})"
+        return warn("data/prompt-length", found + f"; they will be {action}",
+                    f"raise data.max_prompt_length to {max(lengths)} to keep them whole")
+    return fail("data/prompt-length", found + " and data.truncation=error",
+                f"raise data.max_prompt_length to {max(lengths)}, set data.filter_overlong_prompts=True, "
+                "or data.truncation=left|right|middle")
+
+
+check_template = _each_key("data/template", _template_row)
+check_prompt_length = _each_key("data/prompt-length", _length_row)
+
+CHECKS = [check_files, check_schema, check_reward, check_template, check_prompt_length]

@@ -1,0 +1,181 @@
+"""Memory checks: an estimate of one device's peak memory against its size,
+and of the host RAM an accelerator run needs beside it.
+
+Estimate per device (P parameters from `model.estimate_param_count`, the
+fp32 terms divided by the devices FSDP shards over: 1 on the local backend):
+
+    weights      4 P          fp32 master weights (mixed precision)
+    gradients    4 P          fp32, alive during the update only
+    AdamW        8 P          two fp32 moments
+    reference    4 P          frozen fp32 copy, when a KL term is on
+    activations  L * b*s*h * (34 + 5*a*s/h) * c/2 + b*s*V*(c + 4)
+                 per micro-batch of b responses, s = prompt + response
+                 tokens, c bytes per compute element (4 fp32, 2 bf16).
+                 The first term is Korthikanti et al. 2022 (16-bit, no
+                 recomputation); the 5as/h part (attention scores) is
+                 dropped on accelerators, whose fused attention never
+                 materialises the scores. With gradient checkpointing only
+                 each layer's input (c*b*s*h) is kept, plus one layer's full
+                 set. The last term is the logits and their fp32 log-softmax.
+    KV cache     2 * L * k * d * s * n_seq * c   + n_seq * V * 4 (sampling logits)
+                 n_seq sequences generated at once (train batch x rollout.n,
+                 or a validation batch x val_kwargs.n, the larger).
+
+    peak = weights + AdamW + reference + max(gradients + activations, KV cache)
+
+The rollout and the update never overlap, so the larger of the two phases
+counts. It is a planning estimate (within tens of percent), not a measurement.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from thinkrl.doctor.core import CheckResult, DoctorContext, NotChecked, fail, gib, ok, warn
+
+WARN_FRACTION = 0.85
+FIXES = {
+    "weights": "use more devices (trainer.backend=ray shards weights, gradients and AdamW with FSDP) or a smaller model",
+    "AdamW": "use more devices (FSDP shards AdamW) or actor.fsdp_config.optimizer_offload=True (ray backend)",
+    "reference": "ref.fsdp_config.param_offload=True (ray backend), or no KL term (actor.use_kl_loss=False)",
+    "gradients": "use more devices (FSDP shards gradients)",
+    "activations": "lower actor.ppo_micro_batch_size_per_gpu, set actor_rollout_ref.model."
+                   "enable_gradient_checkpointing=True, or shorten data.max_response_length",
+    "KV cache": "generate fewer sequences at once: lower data.train_batch_size or rollout.n, "
+                "data.val_batch_size for validation, or shorten data.max_response_length",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEstimate:
+    """Bytes per device, by term."""
+    weights: int
+    gradients: int
+    optimizer: int
+    reference: int
+    activations: int
+    kv_cache: int
+    sequences: int
+    """Sequences in flight during generation."""
+
+    @property
+    def peak(self) -> int:
+        return self.weights + self.optimizer + self.reference + max(
+            self.gradients + self.activations, self.kv_cache)
+
+    def terms(self) -> dict[str, int]:
+        return {"weights": self.weights, "gradients": self.gradients, "AdamW": self.optimizer,
+                "reference": self.reference, "activations": self.activations, "KV cache": self.kv_cache}
+
+
+def estimate_memory(ctx: DoctorContext) -> MemoryEstimate:
+    """The formulas of the module docstring for this run."""
+    cfg, sizes, params = ctx.cfg, ctx.sizes, ctx.param_count
+    config = ctx.model_config
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    h, layers, vocab, heads = text.hidden_size, text.num_hidden_layers, text.vocab_size, text.num_attention_heads
+    kv_heads = getattr(text, "num_key_value_heads", None) or heads
+    head_dim = getattr(text, "head_dim", None) or h // heads
+    accelerator = ctx.device_kind != "cpu"
+    dtype = cfg.actor_rollout_ref.model.dtype
+    c = 4 if dtype == "float32" or (dtype == "auto" and not accelerator) else 2
+    shards = sizes.world_size if cfg.trainer.backend == "ray" else 1
+    arr = cfg.actor_rollout_ref
+
+    b, s = sizes.micro_batch_size_per_device, sizes.prompt_length + sizes.response_length
+    per_layer_16bit = b * s * h * (34 + (0 if accelerator else 5 * heads * s / h))
+    if arr.model.enable_gradient_checkpointing:
+        layer_terms = layers * c * b * s * h + per_layer_16bit * c / 2
+    else:
+        layer_terms = layers * per_layer_16bit * c / 2
+    activations = int(layer_terms + b * s * vocab * (c + 4))
+
+    train_seqs = sizes.prompts_per_step * sizes.responses_per_prompt
+    val = arr.rollout.val_kwargs
+    try:
+        from thinkrl.build import val_batch_size
+        from thinkrl.doctor.data import KEYS, dataset_of
+        val_seqs = val_batch_size(cfg, len(dataset_of(ctx, KEYS[1]).rows)) * max(val.n, 1)
+    except NotChecked:
+        val_seqs = (cfg.data.val_batch_size or 0) * max(val.n, 1)
+    seqs = max(train_seqs, val_seqs)
+    kv = 2 * layers * kv_heads * head_dim * s * seqs * c + seqs * vocab * 4
+    with_ref = arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
+    return MemoryEstimate(weights=4 * params // shards, gradients=4 * params // shards,
+                          optimizer=8 * params // shards,
+                          reference=(4 * params // shards) if with_ref else 0,
+                          activations=activations, kv_cache=int(kv), sequences=seqs)
+
+
+def host_available() -> int:
+    """Host RAM available to a new allocation (MemAvailable), in bytes."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import os
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def device_capacity(kind: str) -> tuple[int, str]:
+    """Bytes one device can hold, and what was measured."""
+    import torch
+
+    if kind == "cuda" and torch.cuda.is_available():
+        free, total = torch.cuda.mem_get_info()
+        return total, f"CUDA device 0 ({gib(free)} free now)"
+    npu = getattr(torch, "npu", None)
+    if kind == "npu" and npu is not None and npu.is_available():
+        free, total = npu.mem_get_info()
+        return total, f"NPU device 0 ({gib(free)} free now)"
+    return host_available(), "host RAM available (MemAvailable)"
+
+
+def check_device(ctx: DoctorContext) -> CheckResult:
+    """Estimated peak per device against the device's memory."""
+    estimate = estimate_memory(ctx)
+    capacity, measured = device_capacity(ctx.device_kind)
+    terms = estimate.terms()
+    largest = max(terms, key=terms.get)
+    listed = ", ".join(f"{name} {gib(value)}" for name, value in terms.items() if value)
+    fraction = estimate.peak / capacity if capacity else float("inf")
+    found = (f"~{gib(estimate.peak)} peak of {gib(capacity)} {measured} ({100 * fraction:.0f}%): {listed}; "
+             f"{estimate.sequences} sequences generated at once; largest: {largest}")
+    if fraction > 1:
+        return fail("memory/device", found, FIXES[largest])
+    if fraction > WARN_FRACTION:
+        return warn("memory/device", found, FIXES[largest])
+    return ok("memory/device", found)
+
+
+def check_host(ctx: DoctorContext) -> CheckResult:
+    """Host RAM beside an accelerator: loading passes the fp32 weights
+    through the host, and offloaded roles live there."""
+    if ctx.device_kind == "cpu":
+        return ok("memory/host", "the device is the CPU: host RAM is memory/device")
+    cfg, params = ctx.cfg, ctx.param_count
+    arr = cfg.actor_rollout_ref
+    need, parts = 4 * params, [f"loading {gib(4 * params)}"]
+    if cfg.trainer.backend == "ray":  # this node holds its devices' shards: 1/nnodes of each
+        on_node = params // cfg.trainer.nnodes
+        offloaded = {"actor weights": (arr.actor.fsdp_config.param_offload, 4 * on_node),
+                     "AdamW": (arr.actor.fsdp_config.optimizer_offload, 8 * on_node),
+                     "reference": (arr.ref.fsdp_config.param_offload, 4 * on_node)}
+        for name, (on, size) in offloaded.items():
+            if on:
+                need += size
+                parts.append(f"offloaded {name} {gib(size)}")
+    available = host_available()
+    found = f"~{gib(need)} of {gib(available)} available ({', '.join(parts)})"
+    fix = "free host RAM, turn off fsdp_config offload flags, or use more nodes"
+    if need > available:
+        return fail("memory/host", found, fix)
+    if need > WARN_FRACTION * available:
+        return warn("memory/host", found, fix)
+    return ok("memory/host", found)
+
+
+CHECKS = [check_device, check_host]

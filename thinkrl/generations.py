@@ -1,0 +1,124 @@
+"""Sample generations saved as JSON lines, so a run can be read, not just plotted.
+
+`<run dir>/generations/train_step_{N}.jsonl` and `val_step_{N}.jsonl`: one
+object per response with the keys of `Generation` plus `step`.
+`thinkrl eval` writes every generation the same way into its `--out` folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+from thinkrl.records import Rollouts
+
+KINDS = ("train", "val")
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """One scored response, with the row it answers."""
+
+    data_source: str
+    prompt: str
+    """The prompt text after the template, as the model saw it."""
+    response: str
+    ground_truth: str
+    score: float
+    response_length: int
+    """Response tokens, EOS included."""
+    finish_reason: str
+    """"stop" (wrote EOS) or "length" (hit the response length limit)."""
+    prompt_index: int
+    """Which prompt of the evaluated set (or of the training batch) this answers;
+    responses with the same value are samples of the same prompt."""
+    row: int
+    """Row number of the prompt in its data file."""
+
+
+def generations_from_rollouts(rollouts: Rollouts, *, texts: Sequence[str],
+                              scores: Sequence[float], prompt_offset: int = 0
+                              ) -> list[Generation]:
+    """One Generation per response of `rollouts` ([N]); `texts` and `scores`
+    are the decoded responses and their scores, both [N]. `prompt_offset` is
+    added to the batch's group ids (to number prompts across batches)."""
+    if not len(texts) == len(scores) == len(rollouts):
+        raise ValueError(f"{len(rollouts)} rollouts but {len(texts)} texts and "
+                         f"{len(scores)} scores; pass one of each per response")
+    lengths = rollouts.response_lengths.tolist()
+    groups = rollouts.group_ids.tolist()
+    return [Generation(data_source=sample.data_source, prompt=sample.prompt_text,
+                       response=text, ground_truth=sample.ground_truth, score=float(score),
+                       response_length=int(length), finish_reason=reason,
+                       prompt_index=prompt_offset + int(group), row=sample.index)
+            for sample, text, score, length, reason, group
+            in zip(rollouts.samples, texts, scores, lengths, rollouts.finish_reasons, groups)]
+
+
+def select_generations(generations: Sequence[Generation], count: int) -> list[Generation]:
+    """`count` generations spread evenly over the list (deterministic): with
+    G responses per prompt grouped consecutively and count <= prompts, each
+    comes from a different prompt. count <= 0 selects none; count >= len all."""
+    total = len(generations)
+    if count <= 0:
+        return []
+    if count >= total:
+        return list(generations)
+    return [generations[i * total // count] for i in range(count)]
+
+
+def save_generations(run_dir: str | Path, kind: str, step: int,
+                     generations: Sequence[Generation]) -> Path:
+    """Write `<run_dir>/generations/{kind}_step_{step}.jsonl` (replacing a file
+    of the same step, e.g. after a resume) and return its path."""
+    if kind not in KINDS:
+        raise ValueError(f"generations kind {kind!r}: use one of {', '.join(KINDS)}")
+    path = Path(run_dir) / "generations" / f"{kind}_step_{step}.jsonl"
+    return write_jsonl(path, generations, step=step)
+
+
+def log_train_generations(run_dir: str | Path, step: int, rollouts: Rollouts, *,
+                          texts: Sequence[str], scores: Sequence[float], count: int,
+                          every: int) -> Path | None:
+    """trainer.log_train_generations (`count`) responses of this step's
+    rollouts, spread over its prompts, every trainer.generations_log_freq
+    (`every`) steps; returns the file written, or None when not due."""
+    if count <= 0 or every <= 0 or step % every != 0:
+        return None
+    generations = generations_from_rollouts(rollouts, texts=texts, scores=scores)
+    return save_generations(run_dir, "train", step, select_generations(generations, count))
+
+
+def log_val_generations(run_dir: str | Path, step: int, generations: Sequence[Generation], *,
+                        count: int) -> Path | None:
+    """trainer.log_val_generations (`count`) of a validation's generations,
+    spread over its prompts; None when count is 0."""
+    if count <= 0:
+        return None
+    return save_generations(run_dir, "val", step, select_generations(generations, count))
+
+
+def write_jsonl(path: str | Path, generations: Sequence[Generation], *,
+                step: int | None = None) -> Path:
+    """One JSON object per generation (with `step` first when given). Written
+    to a temporary file and renamed, so a reader never sees half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    with tmp.open("w", encoding="utf-8") as f:
+        for generation in generations:
+            record = asdict(generation)
+            if step is not None:
+                record = {"step": step, **record}
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """The objects of a generations file, in order."""
+    with Path(path).open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]

@@ -1,0 +1,214 @@
+"""Reward worker processes with a per-sample timeout.
+
+A scorer that hangs (a pathological sympy simplification, a user function
+stuck in a loop) cannot be interrupted from inside its thread, so each
+response is scored in a worker process and the parent watches the clock:
+a worker silent for longer than `timeout_s` on one sample is killed, that
+sample is reported as timed out, the rest of its work goes to the others,
+and a fresh worker takes its place.
+
+Start method: the trainer process holds torch and its thread pools, and
+`fork` copies a process whose other threads may hold locks (a deadlock
+waiting to happen). We use `forkserver` (`spawn` where it is missing): a
+clean server process imports the worker module once, then forks each
+worker from itself, so a replacement starts in milliseconds instead of the
+~0.5 s a spawned interpreter needs to import sympy. Workers start on the
+first `run` (or `start()`) and are reused across steps.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+
+from thinkrl.rewards.reward_fn import Outcome, RewardFnSpec, Task
+
+_WORKER_MODULE = "thinkrl.rewards.worker"
+_MAX_CHUNK = 32  # tasks sent at once: fewer round trips, still balanced across workers
+_CHUNKS_PER_WORKER = 4
+
+
+def _context(start_method: str | None) -> mp.context.BaseContext:
+    if start_method is None:
+        start_method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+    ctx = mp.get_context(start_method)
+    if start_method == "forkserver":
+        # Process-wide setting of the (single) fork server; ignored if it already runs.
+        # "__main__" too: each child re-imports the parent's main script (as
+        # multiprocessing does), and importing it once in the server instead
+        # keeps, e.g., a script's `import torch` out of every worker start.
+        ctx.set_forkserver_preload(["__main__", _WORKER_MODULE])
+    return ctx
+
+
+@dataclass
+class _Worker:
+    process: mp.process.BaseProcess
+    conn: Connection
+    ready: bool = False
+    """It has built its reward function and said so."""
+    queue: deque[Task] = field(default_factory=deque)
+    """Tasks sent and not yet answered; the first is being scored now."""
+    deadline: float = math.inf
+    """When to give up on it: start-up, or the sample it is scoring now."""
+
+
+@dataclass(frozen=True, slots=True)
+class PoolReport:
+    """What `ScoringPool.run` returns: an Outcome per position, and what failed."""
+
+    outcomes: dict[int, Outcome]
+    timed_out: list[Task]
+    died: list[Task]
+    """Tasks whose worker process died (crashed, not killed by us) while on them."""
+
+
+class ScoringPool:
+    """`num_workers` processes scoring `Task`s with `spec`'s function."""
+
+    def __init__(self, spec: RewardFnSpec, *, num_workers: int, timeout_s: float,
+                 start_timeout_s: float = 120.0, start_method: str | None = None) -> None:
+        if num_workers < 1:
+            raise ValueError(f"reward.num_workers={num_workers}: a pool needs >= 1 worker")
+        if not timeout_s > 0:
+            raise ValueError(f"reward.timeout_s={timeout_s}: use a number of seconds > 0, e.g. 10")
+        self.spec, self.num_workers, self.timeout_s = spec, num_workers, timeout_s
+        self.start_timeout_s = start_timeout_s
+        self._ctx = _context(start_method)
+        self._workers: list[_Worker] = []
+        self.restarts = 0
+        """Workers started to replace a killed or dead one, over the pool's life."""
+        self.start_seconds = 0.0
+        """Wall time the first `start()` took (all workers up and ready)."""
+
+    @property
+    def start_method(self) -> str:
+        return self._ctx.get_start_method()
+
+    def start(self) -> None:
+        """Start the workers now (otherwise the first `run` does) and wait
+        until each is ready, so start-up cost is paid and measured here."""
+        if self._workers:
+            return
+        begin = time.perf_counter()
+        self._workers = [self._new_worker() for _ in range(self.num_workers)]
+        while not all(w.ready for w in self._workers):
+            self._wait_once(pending=deque(), outcomes={}, timed_out=[], died=[])
+        self.start_seconds = time.perf_counter() - begin
+
+    def _new_worker(self) -> _Worker:
+        from thinkrl.rewards.worker import worker_main
+
+        parent_end, child_end = self._ctx.Pipe(duplex=True)
+        # daemon: the workers die with the trainer even if close() is never called
+        # (a custom reward function therefore cannot start processes of its own).
+        process = self._ctx.Process(target=worker_main, args=(child_end, self.spec),
+                                    name="thinkrl-reward", daemon=True)
+        process.start()
+        child_end.close()
+        return _Worker(process, parent_end, deadline=time.monotonic() + self.start_timeout_s)
+
+    def run(self, tasks: list[Task]) -> PoolReport:
+        """Score every task; returns when each has an outcome, timed out or died."""
+        self.start()
+        size = max(1, min(_MAX_CHUNK, math.ceil(len(tasks) / (self.num_workers * _CHUNKS_PER_WORKER))))
+        pending = deque(tasks[i:i + size] for i in range(0, len(tasks), size))
+        outcomes: dict[int, Outcome] = {}
+        timed_out: list[Task] = []
+        died: list[Task] = []
+        try:
+            while pending or any(w.queue for w in self._workers):
+                self._dispatch(pending)
+                self._wait_once(pending, outcomes, timed_out, died)
+        except BaseException:  # Ctrl-C or a start-up failure: answers still in flight
+            self.close()  # would be read as the next batch's; fresh workers start next time
+            raise
+        return PoolReport(outcomes, timed_out, died)
+
+    def _dispatch(self, pending: deque[list[Task]]) -> None:
+        for index, worker in enumerate(self._workers):
+            if worker.ready and not worker.queue and pending:
+                chunk = pending.popleft()
+                try:
+                    worker.conn.send(chunk)
+                except OSError:  # it died while idle: nothing of this chunk started
+                    pending.appendleft(chunk)
+                    self._replace(index, pending)
+                    continue
+                worker.queue.extend(chunk)
+                worker.deadline = time.monotonic() + self.timeout_s
+
+    def _wait_once(self, pending: deque[list[Task]], outcomes: dict[int, Outcome],
+                   timed_out: list[Task], died: list[Task]) -> None:
+        """Wait for the next answer or deadline, then handle every worker."""
+        watched = [w for w in self._workers if w.queue or not w.ready]
+        wait_s = max(0.0, min(w.deadline for w in watched) - time.monotonic())
+        ready = set(wait([w.conn for w in watched], timeout=wait_s))
+        for index, worker in enumerate(self._workers):
+            if worker.conn in ready:
+                if self._receive(worker, outcomes):
+                    continue
+                if not worker.ready:
+                    raise RuntimeError(f"a reward worker exited during start-up (exit code "
+                                       f"{worker.process.exitcode}); see its error above")
+                died.append(worker.queue.popleft())
+                self._replace(index, pending)
+            elif time.monotonic() >= worker.deadline:
+                if not worker.ready:
+                    raise RuntimeError(f"a reward worker did not start within {self.start_timeout_s:.0f} s")
+                timed_out.append(worker.queue.popleft())
+                self._replace(index, pending)
+
+    def _receive(self, worker: _Worker, outcomes: dict[int, Outcome]) -> bool:
+        """Take every message waiting on `worker`'s pipe; False if it died."""
+        from thinkrl.rewards.worker import READY
+
+        try:
+            while worker.conn.poll():
+                position, outcome = worker.conn.recv()
+                if position == READY:
+                    if outcome is not None:
+                        raise ValueError(f"a reward worker could not build the reward function: {outcome}")
+                    worker.ready, worker.deadline = True, math.inf
+                    continue
+                done = worker.queue.popleft()
+                assert done.position == position, (done.position, position)
+                outcomes[position] = outcome
+                worker.deadline = time.monotonic() + self.timeout_s if worker.queue else math.inf
+        except (EOFError, OSError):
+            return False
+        return True
+
+    def _replace(self, index: int, pending: deque[list[Task]]) -> None:
+        """Kill worker `index`, give back the tasks it had not started, start a new one."""
+        worker = self._workers[index]
+        if worker.queue:
+            pending.appendleft(list(worker.queue))
+            worker.queue.clear()
+        _stop(worker, timeout_s=0.0)
+        self._workers[index] = self._new_worker()
+        self.restarts += 1
+
+    def close(self) -> None:
+        """Stop every worker (asking first, then killing); safe to call twice."""
+        for worker in self._workers:
+            try:
+                worker.conn.send(None)
+            except (OSError, ValueError):
+                pass
+        for worker in self._workers:
+            _stop(worker, timeout_s=2.0)
+        self._workers = []
+
+
+def _stop(worker: _Worker, *, timeout_s: float) -> None:
+    if timeout_s > 0:
+        worker.process.join(timeout_s)
+    if worker.process.is_alive():
+        worker.process.kill()
+        worker.process.join(5.0)
+    worker.conn.close()

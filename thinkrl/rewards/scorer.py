@@ -1,0 +1,148 @@
+"""The reward stage's entry point: score a batch of responses, never crash
+or hang the run.
+
+    scorer = RewardScorer.from_config(cfg)      # loads/validates a custom file now
+    scorer.check_sources(sources)               # unknown data_source -> ValueError at start
+    result = scorer.score(texts, samples)       # ScoreResult: scores [N], errors, timeouts
+    scorer.close()                              # or `with RewardScorer(...) as scorer:`
+
+With `num_workers > 0` responses are scored in worker processes
+(`thinkrl.rewards.pool`) and one that takes longer than `timeout_s` is
+stopped and scores 0. With `num_workers = 0` they are scored in this
+process: faster for cheap scorers, but a scorer that hangs hangs the run.
+Either way a scorer that raises scores 0, and the scores are identical.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import torch
+from torch import Tensor
+
+from thinkrl.records import Sample
+from thinkrl.rewards.custom import RewardFunction, check_signature
+from thinkrl.rewards.pool import ScoringPool
+from thinkrl.rewards.reward_fn import Outcome, RewardFnSpec, Task, score_one
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class ScoreResult:
+    scores: Tensor  # [N] float32; 0 where the scorer failed or timed out
+    errors: int
+    """Responses whose scorer raised, returned a non-number, or whose worker died."""
+    timeouts: int
+    """Responses whose scorer ran past reward.timeout_s (and was stopped)."""
+    parts: list[dict[str, float]] = field(default_factory=list)
+    """[N] named parts a scorer reported beside its score (r1: format, accuracy);
+    empty dicts when it reported none."""
+
+    def metrics(self) -> dict[str, float]:
+        """`reward/errors`, `reward/timeouts`, and `reward/<part>/mean` over
+        the responses that reported that part."""
+        metrics = {"reward/errors": float(self.errors), "reward/timeouts": float(self.timeouts)}
+        sums: dict[str, list[float]] = defaultdict(list)
+        for parts in self.parts:
+            for name, value in parts.items():
+                sums[name].append(value)
+        for name, values in sorted(sums.items()):
+            metrics[f"reward/{name}/mean"] = sum(values) / len(values)
+        return metrics
+
+
+class RewardScorer:
+    """Scores responses with the run's reward function (built-in or custom)."""
+
+    def __init__(self, spec: RewardFnSpec, *, num_workers: int = 2, timeout_s: float = 10.0) -> None:
+        if num_workers < 0:
+            raise ValueError(f"reward.num_workers={num_workers}: use 0 (score in the main "
+                             "process) or a count of worker processes, e.g. 2")
+        self.spec: RewardFnSpec | None = spec
+        self._function = spec.build()  # a bad custom file or scorer name stops the run here
+        self._pool = ScoringPool(spec, num_workers=num_workers, timeout_s=timeout_s) \
+            if num_workers > 0 else None
+        self._reported: set[str] = set()
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "RewardScorer":
+        return cls(RewardFnSpec.from_config(cfg), num_workers=cfg.reward.num_workers,
+                   timeout_s=cfg.reward.timeout_s)
+
+    @classmethod
+    def from_function(cls, function: RewardFunction) -> "RewardScorer":
+        """Score inline with an in-process function of verl's signature (tests,
+        notebooks). It cannot go to workers: they load functions by path."""
+        check_signature(function, where=getattr(function, "__name__", repr(function)))
+        scorer = cls(RewardFnSpec(), num_workers=0)
+        scorer.spec, scorer._function = None, function
+        return scorer
+
+    @property
+    def pool(self) -> ScoringPool | None:
+        return self._pool
+
+    def check_sources(self, data_sources: Iterable[str]) -> None:
+        """ValueError naming each data source no reward function covers."""
+        if self.spec is not None:  # a function given in-process takes every row
+            self.spec.check_sources(data_sources)
+
+    def start(self) -> None:
+        """Start the workers now rather than at the first `score` (optional)."""
+        if self._pool is not None:
+            self._pool.start()
+
+    def score(self, texts: list[str], samples: list[Sample]) -> ScoreResult:
+        """One score per response; failures score 0 and are counted, and the
+        first failure of each kind is logged with its row and response."""
+        if len(texts) != len(samples):
+            raise ValueError(f"{len(texts)} responses but {len(samples)} samples: they must line up")
+        tasks = [Task(i, text, s.data_source, s.ground_truth, s.extra_info, s.index)
+                 for i, (text, s) in enumerate(zip(texts, samples))]
+        timed_out: list[Task] = []
+        if self._pool is None:
+            outcomes = {t.position: score_one(self._function, t) for t in tasks}
+        else:
+            report = self._pool.run(tasks)
+            outcomes, timed_out = dict(report.outcomes), report.timed_out
+            for task in report.died:
+                outcomes[task.position] = Outcome(0.0, {}, "WorkerDied: the reward worker process "
+                                                           "exited while scoring this response")
+        for task in timed_out:
+            self._report_once("timeout", task, f"took longer than reward.timeout_s="
+                              f"{self._pool.timeout_s:g} s and was stopped; counted in reward/timeouts")
+        errors = 0
+        for task in tasks:
+            outcome = outcomes.get(task.position)
+            if outcome is not None and outcome.error is not None:
+                errors += 1
+                kind = outcome.error.split(":", 1)[0]
+                self._report_once(f"error:{kind}", task, f"failed ({outcome.error[:300]}); "
+                                  "counted in reward/errors")
+        ordered = [outcomes.get(t.position) for t in tasks]
+        return ScoreResult(
+            scores=torch.tensor([o.score if o else 0.0 for o in ordered], dtype=torch.float32),
+            errors=errors, timeouts=len(timed_out),
+            parts=[dict(o.parts) if o else {} for o in ordered])
+
+    def _report_once(self, kind: str, task: Task, what: str) -> None:
+        if kind in self._reported:
+            return
+        self._reported.add(kind)
+        log.warning("reward for data_source %s, row %d %s; it scores 0 (reported once per kind). "
+                    "Response: %.200r", task.data_source, task.index, what, task.text)
+
+    def close(self) -> None:
+        """Stop the reward workers; call once the run no longer scores."""
+        if self._pool is not None:
+            self._pool.close()
+
+    def __enter__(self) -> "RewardScorer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
