@@ -12,6 +12,7 @@ its fix (`--skip-doctor` starts anyway).
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 
 from thinkrl.commands.common import console_log, load_run_config
@@ -45,7 +46,11 @@ def preflight(cfg, *, log) -> None:
     from thinkrl.doctor.report import listing
 
     validate(cfg)  # a config error keeps its own one-message form (and skips the slow checks)
-    results = [r for r in diagnose(cfg, log=log) if r.status != "ok"]
+    start = time.perf_counter()
+    everything = diagnose(cfg, log=lambda *_: None)  # the run itself logs what it loads
+    results = [r for r in everything if r.status != "ok"]
+    log(f"doctor: {len(everything) - len(results)} of {len(everything)} checks ok "
+        f"({time.perf_counter() - start:.1f} s; `thinkrl doctor` shows them all)")
     if has_failure(results):
         failed = sum(r.status == "fail" for r in results)
         raise ValueError(f"`thinkrl doctor` found {failed} problem(s) that would stop this run:\n"

@@ -378,7 +378,9 @@ def inactive_settings(cfg: Config) -> list[str]:
     if not cfg.algorithm.use_kl_in_reward:
         note(("algorithm.kl_penalty", "algorithm.kl_ctrl.type", "algorithm.kl_ctrl.kl_coef",
               "algorithm.kl_ctrl.horizon", "algorithm.kl_ctrl.target_kl"), "algorithm.use_kl_in_reward is False")
-    note(("trainer.log_val_generations", "data.return_raw_chat", "data.return_full_prompt",
+    if cfg.reward.scorer != "r1":
+        note(("reward.r1_format_weight", "reward.r1_accuracy_weight"), "reward.scorer is not r1")
+    note(("data.return_raw_chat", "data.return_full_prompt",
           "data.validation_shuffle", f"{rollout}.calculate_log_probs", "trainer.balance_batch",
           "reward_model.reward_manager"),
          "thinkrl has no equivalent for it yet (one device, one reward path)")

@@ -372,7 +372,7 @@ class TrainerConfig:
     backend: str = "local"
     """thinkrl: "local" (roles in this process) or "ray" (one Ray actor per device)."""
     save_freq: int = -1
-    """Checkpoint every this many steps; <= 0 disables."""
+    """Checkpoint every this many steps and at the last step; <= 0 disables."""
     test_freq: int = -1
     """Validate every this many steps; <= 0 disables."""
     val_before_train: bool = True

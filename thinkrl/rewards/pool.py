@@ -153,8 +153,14 @@ class ScoringPool:
                 if self._receive(worker, outcomes):
                     continue
                 if not worker.ready:
-                    raise RuntimeError(f"a reward worker exited during start-up (exit code "
-                                       f"{worker.process.exitcode}); see its error above")
+                    # Most often: a script that starts training at import time,
+                    # which every worker re-imports (Python's multiprocessing rule).
+                    raise ValueError(
+                        f"a reward worker exited during start-up (exit code "
+                        f"{worker.process.exitcode}); see its error above. If you start "
+                        "thinkrl from your own script, put that code under "
+                        "`if __name__ == \"__main__\":` (reward workers re-import the main "
+                        "script), or set reward.num_workers=0 to score in this process.")
                 died.append(worker.queue.popleft())
                 self._replace(index, pending)
             elif time.monotonic() >= worker.deadline:
