@@ -72,8 +72,8 @@ def test_a_missing_file_lists_the_nearest(tmp_path):
         load_reward_function(tmp_path / "my_rewrd.py")
     message = str(err.value)
     assert "custom_reward_function.path" in message and "no such file" in message
-    assert str(tmp_path / "my_reward.py") in message.split("Nearest files:")[1]
-    with pytest.raises(ValueError, match="Nearest files"):
+    assert "my_reward.py" in message.split("Nearest existing files")[1]
+    with pytest.raises(ValueError, match="Nearest existing files"):
         load_reward_function(tmp_path / "missing_folder" / "my_reward.py")  # folder missing too
 
 

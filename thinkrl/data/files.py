@@ -27,7 +27,7 @@ def resolve_files(spec: str | list[str], *, key: str) -> list[Path]:
         if any(ch in str(item) for ch in "*?["):
             matches = sorted(Path(p) for p in glob.glob(str(path), recursive=True))
             if not matches:
-                raise ValueError(f"{key}: the pattern {item!r} matches no file.{_nearest(path)}")
+                raise ValueError(f"{key}: the pattern {item!r} matches no file.{nearest_files(path)}")
             found.extend(matches)
         elif path.is_dir():
             matches = sorted(p for p in path.iterdir() if p.suffix in SUFFIXES)
@@ -38,12 +38,13 @@ def resolve_files(spec: str | list[str], *, key: str) -> list[Path]:
         elif path.is_file():
             found.append(path)
         else:
-            raise ValueError(f"{key}: no such file {path}.{_nearest(path)}")
+            raise ValueError(f"{key}: no such file {path}.{nearest_files(path)}")
     return found
 
 
-def _nearest(path: Path) -> str:
-    """' Nearest existing files: ...' from the deepest folder that exists."""
+def nearest_files(path: Path) -> str:
+    """' Nearest existing files in F: ...' from the deepest folder of `path`
+    that exists (for error messages about a path that does not)."""
     folder = path.parent
     while not folder.is_dir() and folder != folder.parent:
         folder = folder.parent

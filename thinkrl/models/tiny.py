@@ -46,6 +46,9 @@ class TinyModelSpec:
     batch_size: int = 32
     lr: float = 3e-3
     seed: int = 1234
+    build_version: int = 2
+    """Part of the cache key: raised whenever the build itself changes (2: the
+    initial weights are seeded with `seed`), so no stale cached model is used."""
 
     def cache_key(self) -> str:
         import hashlib
@@ -157,6 +160,9 @@ def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec = TinyModelSpec(),
     pairs = synthetic.pretraining_texts(problems, full_solution_rate=spec.full_solution_rate,
                                         seed=spec.seed)
     tokenizer = build_tokenizer([q + "\n" + a for q, a in pairs], vocab_size=spec.vocab_size)
+    # The initial weights must not depend on what the caller did with torch's
+    # global RNG (the doctor, a test, a training run may build the model).
+    torch.manual_seed(spec.seed)
     model = _make_model(spec, tokenizer)
     n_params = sum(p.numel() for p in model.parameters())
     log(f"building the tiny base model ({n_params / 1e6:.2f}M parameters, Qwen2 architecture) "

@@ -13,13 +13,14 @@ again by path, so it needs no package and no `__init__.py`.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import importlib.util
 import inspect
 import sys
 from pathlib import Path
 from typing import Callable
+
+from thinkrl.data.files import nearest_files
 
 RewardFunction = Callable[..., "float | dict[str, float]"]
 
@@ -36,7 +37,7 @@ def load_reward_function(path: str | Path, name: str = "compute_score") -> Rewar
     file = Path(path).expanduser()
     key = "custom_reward_function.path"
     if not file.is_file():
-        raise ValueError(f"{key}={path}: no such file.{_nearest_files(file)}")
+        raise ValueError(f"{key}={path}: no such file.{nearest_files(file)}")
     module_name = "thinkrl_user_reward_" + hashlib.sha1(str(file.resolve()).encode()).hexdigest()[:12]
     spec = importlib.util.spec_from_file_location(module_name, file)
     if spec is None or spec.loader is None:
@@ -75,18 +76,3 @@ def check_signature(function: object, *, where: str) -> None:
         raise ValueError(f"{where}{signature} cannot be called with verl's reward arguments "
                          f"({err}); define it as {_SIGNATURE}") from None
 
-
-def _nearest_files(file: Path) -> str:
-    """' Nearest: a.py, b.py' from the closest folder that exists, or ''."""
-    folder = file.parent
-    while not folder.is_dir() and folder != folder.parent:
-        folder = folder.parent
-    if not folder.is_dir():
-        return ""
-    candidates = sorted(str(p) for p in folder.glob("*.py"))[:500]
-    if folder != file.parent:
-        candidates += sorted(str(p) for p in folder.iterdir() if p.is_dir())[:500]
-    nearest = difflib.get_close_matches(str(file), candidates, n=5, cutoff=0.0)
-    if not nearest:
-        return f" {folder} has no .py files."
-    return f" Nearest files: {', '.join(nearest)}."

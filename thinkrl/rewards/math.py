@@ -42,7 +42,8 @@ _EXTRACTION = (LatexExtractionConfig(), ExprExtractionConfig())
 def last_boxed(text: str) -> str | None:
     """Content of the last `\\boxed{...}` / `\\fbox{...}` / `\\boxed x`, or None.
 
-    `\\boxed{\\frac{1}{2}}` -> `\\frac{1}{2}`; `\\boxed 5$` -> `5`. An unclosed
+    `\\boxed{\\frac{1}{2}}` -> `\\frac{1}{2}`; `\\boxed 5$` -> `5`; escaped braces
+    (`\\{1, 2\\}`) are not counted. An unclosed
     last box (a response cut off mid-answer) gives None. Linear in len(text).
     """
     start, command = max((text.rfind(c), c) for c in _BOX_COMMANDS)
@@ -56,15 +57,19 @@ def last_boxed(text: str) -> str | None:
         return token[:end] or None
     if not text.startswith("{", rest):
         return None
-    depth = 0
-    for i in range(rest, len(text)):
+    depth, i = 0, rest
+    while i < len(text):
         char = text[i]
+        if char == "\\":
+            i += 2  # an escaped character, e.g. the literal brace in \{1, 2\}
+            continue
         if char == "{":
             depth += 1
         elif char == "}":
             depth -= 1
             if depth == 0:
                 return text[rest + 1:i]
+        i += 1
     return None
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from thinkrl.data.files import _nearest
+from thinkrl.data.files import nearest_files
 
 INPUT_SUFFIXES = (".jsonl", ".json", ".parquet")
 SPLITS = ("train", "test")
@@ -140,7 +140,7 @@ def find_inputs(inputs: list[str], splits: list[str] | None) -> dict[str, list[P
             split = _split_of_file(path, splits, position)
             by_split.setdefault(split, []).append(path)
         else:
-            raise ValueError(f"--input: no such file or folder {path}.{_nearest(path)}")
+            raise ValueError(f"--input: no such file or folder {path}.{nearest_files(path)}")
     return by_split
 
 
