@@ -83,8 +83,8 @@ def check_backend(cfg: Config, sizes: DerivedSizes) -> None:
         raise ValueError(
             f"trainer.n_gpus_per_node={cfg.trainer.n_gpus_per_node} x trainer.nnodes="
             f"{cfg.trainer.nnodes} asks for {sizes.world_size} devices, but the local backend "
-            "drives one device. Set trainer.n_gpus_per_node=1 trainer.nnodes=1 (multi-device "
-            "training through Ray and FSDP2 comes in a later release).")
+            "drives one device; set trainer.n_gpus_per_node=1 trainer.nnodes=1 (multi-device "
+            "training through Ray and FSDP2 comes in a later release)")
     if cfg.actor_rollout_ref.rollout.name != "native":
         raise ValueError(f"actor_rollout_ref.rollout.name={cfg.actor_rollout_ref.rollout.name} "
                          "is not available in this release; use rollout.name=native")

@@ -73,6 +73,10 @@ def resolve_model_path(path: str, *, log=print) -> str:
     folder = cache_dir() / "models" / f"tiny-qwen2-{spec.cache_key()}"
     if not (folder / "config.json").exists():
         build_tiny_model(folder, spec, log=log)
-    else:
+    elif folder not in _ANNOUNCED:  # the doctor and the run both resolve it: say it once
         log(f"using the cached tiny base model {folder}")
+    _ANNOUNCED.add(folder)
     return str(folder)
+
+
+_ANNOUNCED: set[Path] = set()

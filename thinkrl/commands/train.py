@@ -47,7 +47,7 @@ def preflight(cfg, *, log) -> None:
 
     validate(cfg)  # a config error keeps its own one-message form (and skips the slow checks)
     start = time.perf_counter()
-    everything = diagnose(cfg, log=lambda *_: None)  # the run itself logs what it loads
+    everything = diagnose(cfg, log=log)  # e.g. building the built-in model the first time
     results = [r for r in everything if r.status != "ok"]
     log(f"doctor: {len(everything) - len(results)} of {len(everything)} checks ok "
         f"({time.perf_counter() - start:.1f} s; `thinkrl doctor` shows them all)")
