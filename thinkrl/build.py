@@ -20,10 +20,10 @@ from thinkrl.algos.advantages import get_advantage_estimator
 from thinkrl.algos.kl_control import KLController
 from thinkrl.checkpoint.resume import checkpoint_to_resume
 from thinkrl.checkpoint.state import Progress, load_checkpoint
-from thinkrl.checkpoint.store import step_of
 from thinkrl.config import Config, DerivedSizes, inactive_settings, validate
 from thinkrl.config.loading import config_to_dict
 from thinkrl.data.dataset import Prompt, PromptLoader, load_prompts
+from thinkrl.errors import SetupError
 from thinkrl.metrics import MetricsLog
 from thinkrl.models.loading import eos_token_ids, load_causal_lm, load_tokenizer
 from thinkrl.parallel.device import autocast, compute_dtype, resolve_device, synchronizer
@@ -77,17 +77,18 @@ class Run:
 
 def check_backend(cfg: Config, sizes: DerivedSizes) -> None:
     if cfg.trainer.backend == "ray":
-        raise ValueError("trainer.backend=ray is not implemented in this release; "
+        raise SetupError("trainer.backend=ray is not implemented in this release",
                          "use trainer.backend=local (one process, one device)")
     if sizes.world_size != 1:
-        raise ValueError(
+        raise SetupError(
             f"trainer.n_gpus_per_node={cfg.trainer.n_gpus_per_node} x trainer.nnodes="
             f"{cfg.trainer.nnodes} asks for {sizes.world_size} devices, but the local backend "
-            "drives one device; set trainer.n_gpus_per_node=1 trainer.nnodes=1 (multi-device "
-            "training through Ray and FSDP2 comes in a later release)")
+            "drives one device",
+            "set trainer.n_gpus_per_node=1 trainer.nnodes=1 (multi-device training through "
+            "Ray and FSDP2 comes in a later release)")
     if cfg.actor_rollout_ref.rollout.name != "native":
-        raise ValueError(f"actor_rollout_ref.rollout.name={cfg.actor_rollout_ref.rollout.name} "
-                         "is not available in this release; use rollout.name=native")
+        raise SetupError(f"actor_rollout_ref.rollout.name={cfg.actor_rollout_ref.rollout.name} "
+                         "is not available in this release", "use rollout.name=native")
 
 
 def check_model_fits(model, tokenizer, sizes: DerivedSizes, *, model_path: str) -> None:
@@ -95,17 +96,18 @@ def check_model_fits(model, tokenizer, sizes: DerivedSizes, *, model_path: str) 
     otherwise the first forward pass fails with an index error deep inside."""
     vocab = model.get_input_embeddings().num_embeddings
     if len(tokenizer) > vocab:
-        raise ValueError(
+        raise SetupError(
             f"the tokenizer has {len(tokenizer)} tokens but the model {model_path} embeds only "
-            f"{vocab}: they do not belong together. Point actor_rollout_ref.model.tokenizer_path "
-            "(or data.tokenizer) at the model's own tokenizer.")
+            f"{vocab}: they do not belong together",
+            "point actor_rollout_ref.model.tokenizer_path (or data.tokenizer) at the model's "
+            "own tokenizer")
     limit = getattr(model.config, "max_position_embeddings", None)
     needed = sizes.prompt_length + sizes.response_length
     if limit is not None and needed > limit:
-        raise ValueError(
+        raise SetupError(
             f"data.max_prompt_length {sizes.prompt_length} + data.max_response_length "
             f"{sizes.response_length} = {needed} tokens exceed the model's "
-            f"max_position_embeddings {limit} ({model_path}); lower one of them.")
+            f"max_position_embeddings {limit} ({model_path})", "lower one of them")
 
 
 def build_run(cfg: Config, *, log=print) -> Run:
@@ -171,19 +173,27 @@ def build_run(cfg: Config, *, log=print) -> Run:
     with (run_dir / "config.yaml").open("w") as f:
         yaml.safe_dump(config_to_dict(cfg), f, sort_keys=False)
     resume_from = checkpoint_to_resume(cfg.trainer, run_dir, log=log)
+    metrics_log = MetricsLog(run_dir, loggers=cfg.trainer.logger, print_fn=log,
+                             config=config_to_dict(cfg))
     run = Run(cfg=cfg, sizes=sizes, run_dir=run_dir, model_path=model_path,
               tokenizer=tokenizer, actor=actor, reference=reference, engine=engine, train_loader=train_loader,
               val_prompts=val_prompts, reward=reward,
               zero_reward_watch=ZeroRewardWatch(cfg.reward.zero_reward_warn_steps),
               advantage_fn=get_advantage_estimator(cfg.algorithm.adv_estimator),
               sampling=sampling, val_sampling=val_sampling, total_steps=total_steps,
-              metrics_log=MetricsLog(run_dir, loggers=cfg.trainer.logger, print_fn=log,
-                                     config=config_to_dict(cfg),
-                                     resume_step=None if resume_from is None else step_of(resume_from)),
+              metrics_log=metrics_log,
               kl_controller=_kl_controller(cfg), sync=synchronizer(device))
-    if resume_from is not None:  # after the reference copied the *initial* weights
-        run.progress = load_checkpoint(run, resume_from, log=log)
-    reward.start()  # worker start-up is not charged to the first step's timings
+    try:
+        if resume_from is not None:  # after the reference copied the *initial* weights
+            run.progress = load_checkpoint(run, resume_from, log=log)
+        # Only now, with the checkpoint loaded, may metrics.jsonl change; it is
+        # continued only when the checkpoint belongs to this run directory.
+        own = resume_from is not None and resume_from.parent == run_dir
+        metrics_log.begin(resume_step=run.progress.step if own else None)
+        reward.start()  # worker start-up is not charged to the first step's timings
+    except BaseException:
+        run.close()
+        raise
     return run
 
 

@@ -12,10 +12,12 @@ Metric names (verl's layout, `{ds}` = data source, `n` = samples per prompt):
     val-aux/reward/errors                   responses whose scorer raised or timed out (scored 0)
     timing_s/testing                        wall time of the whole evaluation
 
-"Correct" means a score of at least CORRECT_SCORE (1.0): the built-in
-scorers give 1.0 for a right answer and less (0, or a small format score)
-otherwise, so format credit alone never counts as correct. pass@k counts
-correct responses the same way; best@k uses the raw scores.
+"Correct" means an accuracy of at least CORRECT_SCORE (1.0): the scorer's
+`accuracy` part where it reports one (r1, whose score mixes format and
+accuracy with configurable weights), else the score itself (the built-in
+gsm8k and math scorers give 1.0 for a right answer and less otherwise, so
+format credit alone never counts as correct). pass@k counts correct
+responses the same way; best@k uses the raw scores.
 """
 
 from __future__ import annotations
@@ -36,8 +38,11 @@ from thinkrl.rollout.base import RolloutEngine, SamplingParams
 CORRECT_SCORE = 1.0
 
 
-def is_correct(score: float) -> bool:
-    return score >= CORRECT_SCORE
+def is_correct(generation: Generation) -> bool:
+    """The scorer's accuracy part when it reports one (r1), else the score,
+    at least CORRECT_SCORE."""
+    value = generation.score if generation.accuracy is None else generation.accuracy
+    return value >= CORRECT_SCORE
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +109,7 @@ def summarize(generations: Sequence[Generation], *, n: int) -> list[SourceSummar
     for source in sorted(by_source):
         groups = by_source[source]
         flat = [g for group in groups for g in group]
-        counts = [(n, sum(is_correct(g.score) for g in group)) for group in groups]
+        counts = [(n, sum(is_correct(g) for g in group)) for group in groups]
         ks = k_values(n) if n > 1 else []
         summaries.append(SourceSummary(
             data_source=source, prompts=len(groups), samples=len(flat),
@@ -126,7 +131,7 @@ def score_generations(rollouts: Rollouts, tokenizer, *, reward: RewardScorer,
     texts = decode_responses(rollouts, tokenizer)
     scored = reward.score(texts, rollouts.samples)
     generations = generations_from_rollouts(rollouts, texts=texts, scores=scored.scores.tolist(),
-                                            prompt_offset=prompt_offset)
+                                            prompt_offset=prompt_offset, parts=scored.parts)
     return generations, scored.errors + scored.timeouts
 
 

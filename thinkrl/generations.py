@@ -37,25 +37,33 @@ class Generation:
     responses with the same value are samples of the same prompt."""
     row: int
     """Row number of the prompt in its data file."""
+    accuracy: float | None = None
+    """The scorer's accuracy part when it reports one (r1: 1.0 for a right
+    answer, whatever the format); None when the score is all there is."""
 
 
 def generations_from_rollouts(rollouts: Rollouts, *, texts: Sequence[str],
-                              scores: Sequence[float], prompt_offset: int = 0
+                              scores: Sequence[float], prompt_offset: int = 0,
+                              parts: Sequence[dict[str, float]] | None = None
                               ) -> list[Generation]:
     """One Generation per response of `rollouts` ([N]); `texts` and `scores`
-    are the decoded responses and their scores, both [N]. `prompt_offset` is
-    added to the batch's group ids (to number prompts across batches)."""
+    are the decoded responses and their scores, both [N]; `parts` the named
+    parts a scorer reported beside each score ([N], optional). `prompt_offset`
+    is added to the batch's group ids (to number prompts across batches)."""
     if not len(texts) == len(scores) == len(rollouts):
         raise ValueError(f"{len(rollouts)} rollouts but {len(texts)} texts and "
                          f"{len(scores)} scores; pass one of each per response")
     lengths = rollouts.response_lengths.tolist()
     groups = rollouts.group_ids.tolist()
+    accuracies = [p.get("accuracy") for p in parts] if parts else [None] * len(texts)
     return [Generation(data_source=sample.data_source, prompt=sample.prompt_text,
                        response=text, ground_truth=sample.ground_truth, score=float(score),
                        response_length=int(length), finish_reason=reason,
-                       prompt_index=prompt_offset + int(group), row=sample.index)
-            for sample, text, score, length, reason, group
-            in zip(rollouts.samples, texts, scores, lengths, rollouts.finish_reasons, groups)]
+                       prompt_index=prompt_offset + int(group), row=sample.index,
+                       accuracy=accuracy)
+            for sample, text, score, length, reason, group, accuracy
+            in zip(rollouts.samples, texts, scores, lengths, rollouts.finish_reasons, groups,
+                   accuracies)]
 
 
 def select_generations(generations: Sequence[Generation], count: int) -> list[Generation]:

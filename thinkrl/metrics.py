@@ -84,23 +84,28 @@ class MetricsLog:
     the wandb run's config. Call `close()` when the run ends."""
 
     def __init__(self, run_dir: Path, *, loggers: list[str], print_fn=print,
-                 config: dict | None = None, resume_step: int | None = None) -> None:
-        # First, so a bad logger name or a missing package stops before any file moves.
+                 config: dict | None = None) -> None:
+        # Sinks first, so a bad logger name or a missing package stops the run
+        # before `begin` touches any file.
         self.sinks = open_sinks(loggers, run_dir=run_dir, config=config, print_fn=print_fn)
-        self.path = run_dir / "metrics.jsonl"
-        self.print = print_fn
+        self.run_dir, self.path = run_dir, run_dir / "metrics.jsonl"
         run_dir.mkdir(parents=True, exist_ok=True)
+        self.print = print_fn
         self.kept: list[dict] = []
-        """Records of the run this one resumes (steps <= resume_step)."""
+        """Records of the run this one continues (steps <= the resumed step)."""
+
+    def begin(self, *, resume_step: int | None = None) -> None:
+        """Prepare metrics.jsonl: continue it after `resume_step` (a checkpoint
+        of this run directory was loaded), or keep an earlier run's file aside."""
         if resume_step is not None:
-            # Resuming from the checkpoint of step k: steps after k were logged
-            # by the run that died and are done again now, so drop them.
+            # Steps after k were logged by the run that stopped and are done
+            # again now, so drop them.
             self.kept = _records_up_to(self.path, resume_step)
         elif self.path.exists() and self.path.stat().st_size > 0:
             # A new run in an old run's folder: keep the old metrics, never mix them.
-            kept = _free_name(run_dir, "metrics.previous-{}.jsonl")
+            kept = _free_name(self.run_dir, "metrics.previous-{}.jsonl")
             self.path.rename(kept)
-            print_fn(f"{run_dir} held metrics of an earlier run: kept them as {kept.name}")
+            self.print(f"{self.run_dir} held metrics of an earlier run: kept them as {kept.name}")
 
     def log(self, metrics: dict[str, float], *, step: int) -> None:
         values = {k: v.item() if isinstance(v, torch.Tensor) else v

@@ -237,3 +237,19 @@ def test_export_gives_the_actors_log_probs(straight, resumed_run, tmp_path, tiny
                                     temperature=actor.temperature, micro_batch_size=64)
     mask = rollouts.response_mask.bool()
     assert torch.allclose(got[mask], expected[mask], atol=1e-5)
+
+
+def test_a_failed_resume_keeps_the_metrics(straight, tiny_model_dir, data_files, tmp_path):
+    """metrics.jsonl changes only once the checkpoint has loaded."""
+    straight_dir, _ = straight
+    run_dir = tmp_path / "run"
+    shutil.copytree(straight_dir, run_dir)
+    for step in range(3, STEPS + 1):  # step 2 is the latest; metrics go on to step 4
+        shutil.rmtree(run_dir / f"global_step_{step}")
+    (run_dir / TRACKER).write_text("2")
+    torch.save({"step": 2, "payload": _Payload()}, run_dir / "global_step_2" / TRAINER_STATE_FILE)
+    before = (run_dir / "metrics.jsonl").read_text()
+    assert '"step": 4' in before
+    with pytest.raises(pickle.UnpicklingError):
+        train(_config(tiny_model_dir, data_files, run_dir), log=lambda *_: None)
+    assert (run_dir / "metrics.jsonl").read_text() == before

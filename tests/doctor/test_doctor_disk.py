@@ -30,12 +30,15 @@ def test_nearly_full_disk_fails_and_names_the_variables(monkeypatch, tmp_path):
 
 
 def test_checkpoint_estimate_counts_weights_and_adamw(monkeypatch, tmp_path):
-    # 1e9 parameters x 12 bytes x 2 kept checkpoints = 24e9 bytes ~ 22.4 GiB; 20 GiB free.
-    _stub_disk(monkeypatch, free=20 * GiB)
+    # The new checkpoint is written before the oldest is deleted: 2 kept + 1 at the peak.
+    # 1e9 parameters x 12 bytes x 3 checkpoints = 36e9 bytes ~ 33.5 GiB; 30 GiB free,
+    # which would hold the 2 kept ones (22.4 GiB) but not the peak.
+    _stub_disk(monkeypatch, free=30 * GiB)
     ctx = context("trainer.save_freq=10", "trainer.max_actor_ckpt_to_keep=2",
                   f"trainer.default_local_dir={tmp_path / 'run'}", param_count=10**9)
     [place] = [p for p in disk.locations(ctx) if p.name == "checkpoints"]
-    assert place.need == 2 * 10**9 * BYTES_PER_PARAM_CHECKPOINT
+    assert place.need == 3 * 10**9 * BYTES_PER_PARAM_CHECKPOINT
+    assert "3 checkpoint(s)" in place.why and "the 2 kept + the one being written" in place.why
     row = next(r for r in check_space(ctx) if r.check == "disk/checkpoints")
     assert row.status == "fail" and "trainer.default_local_dir" in row.fix
 
@@ -45,6 +48,7 @@ def test_without_a_keep_limit_every_checkpoint_counts(tmp_path):
                   f"trainer.default_local_dir={tmp_path}", param_count=1000)
     [place] = [p for p in disk.locations(ctx) if p.name == "checkpoints"]
     assert place.need == 4 * 1000 * BYTES_PER_PARAM_CHECKPOINT
+    assert "all kept" in place.why
 
 
 def test_roomy_disk_passes_and_ray_is_checked_only_for_the_ray_backend(monkeypatch, tmp_path):

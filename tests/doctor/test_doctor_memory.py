@@ -44,9 +44,29 @@ def test_checkpointing_and_accelerators_shrink_activations():
 def test_too_little_memory_fails_naming_the_largest_term(monkeypatch):
     monkeypatch.setattr(memory, "device_capacity", lambda kind: (10 * 2**20, "test device"))
     row = check_device(_ctx(param_count=10**6))  # AdamW 8 MB of a ~23 MB peak > 10 MB
-    assert row.status == "fail" and "largest: AdamW" in row.found and "optimizer_offload" in row.fix
+    assert row.status == "fail" and "largest: AdamW" in row.found and "smaller model" in row.fix
     monkeypatch.setattr(memory, "device_capacity", lambda kind: (int(1.1 * estimate_memory(_ctx()).peak), "x"))
     assert check_device(_ctx()).status == "warn"
+
+
+REFUSED_BY_THE_LOCAL_BACKEND = ("trainer.backend=ray", "offload", "more devices", "more nodes",
+                                "n_gpus_per_node", "rollout.name")
+
+
+def test_every_fix_can_be_followed_on_the_local_backend():
+    # thinkrl.build.check_backend refuses ray, several devices and engines other than native.
+    for term, fix in memory.FIXES.items():
+        assert not [word for word in REFUSED_BY_THE_LOCAL_BACKEND if word in fix], term
+        assert "FSDP" not in fix or "later release" in fix, term
+    assert "enable_gradient_checkpointing=True" in memory.FIXES["activations"]
+    assert "log_prob_micro_batch_size_per_gpu" in memory.FIXES["activations"]
+    assert "rollout.n" in memory.FIXES["KV cache"] and "max_num_seqs" in memory.FIXES["KV cache"]
+
+
+def test_kv_bound_runs_are_told_to_generate_fewer_sequences(monkeypatch):
+    monkeypatch.setattr(memory, "device_capacity", lambda kind: (2**20, "test device"))
+    row = check_device(_ctx("actor_rollout_ref.rollout.n=64", param_count=10))
+    assert "largest: KV cache" in row.found and "data.train_batch_size x" in row.fix
 
 
 def test_activation_bound_runs_are_told_to_shrink_micro_batches(monkeypatch):
@@ -59,6 +79,10 @@ def test_host_ram_on_an_accelerator_counts_loading_and_offload(monkeypatch):
     monkeypatch.setattr(memory, "host_available", lambda: 10 * 2**30)
     ok_row = check_host(_ctx(device="cuda", param_count=10**9))  # 4 GB to load
     assert ok_row.status == "ok"
+    monkeypatch.setattr(memory, "host_available", lambda: 2 * 2**30)
+    local = check_host(_ctx(device="cuda", param_count=10**9))
+    assert local.status == "fail" and "smaller model" in local.fix and "offload" not in local.fix
+    monkeypatch.setattr(memory, "host_available", lambda: 10 * 2**30)
     row = check_host(_ctx("trainer.backend=ray", "actor_rollout_ref.actor.fsdp_config.optimizer_offload=True",
                           device="cuda", param_count=10**9))  # + 8 GB of AdamW
     assert row.status == "fail" and "offloaded AdamW" in row.found

@@ -8,6 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from thinkrl.cli import main
+from thinkrl.checkpoint.state import ACTOR_DIR
+from thinkrl.checkpoint.store import MARKER
 from thinkrl.commands.eval import model_folder, output_dir
 from thinkrl.data import synthetic
 
@@ -75,21 +77,25 @@ def _fake_model(folder: Path) -> Path:
     return folder
 
 
+def _fake_checkpoint(run: Path, step: int, *, complete: bool = True) -> Path:
+    folder = run / f"global_step_{step}"
+    actor = _fake_model(folder / ACTOR_DIR)
+    if complete:
+        (folder / MARKER).write_text(json.dumps({"format": 1, "step": step}))
+    return actor
+
+
 def test_model_folder_finds_checkpoint_weights(tmp_path):
     run = tmp_path / "run"
     assert model_folder(str(_fake_model(tmp_path / "plain")), log=print) == \
         str((tmp_path / "plain").resolve())
-    step2 = _fake_model(run / "global_step_2" / "huggingface")
+    step2 = _fake_checkpoint(run, 2)
     assert model_folder(str(run / "global_step_2"), log=print) == str(step2.resolve())
-    step10 = _fake_model(run / "global_step_10" / "huggingface")
-    _fake_model(run / "global_step_12.tmp-99" / "huggingface")  # a save in progress
+    step10 = _fake_checkpoint(run, 10)
+    _fake_checkpoint(run, 12, complete=False)  # a save that never finished
     assert model_folder(str(run), log=lambda *_: None) == str(step10.resolve())
-    _fake_model(tmp_path / "two" / "a")
-    _fake_model(tmp_path / "two" / "b")
-    with pytest.raises(ValueError, match="several models"):
-        model_folder(str(tmp_path / "two"), log=print)
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ValueError, match="config.json"):
+    with pytest.raises(ValueError, match="config.json.*no complete checkpoint"):
         model_folder(str(tmp_path / "empty"), log=print)
 
 

@@ -148,3 +148,17 @@ def test_summarize_refuses_a_prompt_with_missing_samples():
     with pytest.raises(AssertionError, match="1 responses, not 2"):
         summarize([g], n=2)
     assert EvalResult([g, g], n=2, seconds=0.0).summaries[0].pass_at == {1: 1.0, 2: 1.0}
+
+
+def test_accuracy_comes_from_the_scorers_accuracy_part():
+    """r1 with its format weight >= 1 gives a well-formatted wrong answer a
+    score of 1; it must not count as correct. A right answer with a low
+    accuracy weight still does."""
+    def gen(score, accuracy, index):
+        return Generation(data_source="r1", prompt="q", response="r", ground_truth="7",
+                          score=score, response_length=1, finish_reason=FINISH_STOP,
+                          prompt_index=index, row=index, accuracy=accuracy)
+    wrong_but_formatted, right_low_weight = gen(1.0, 0.0, 0), gen(0.5, 1.0, 1)
+    (summary,) = summarize([wrong_but_formatted, right_low_weight], n=1)
+    assert summary.accuracy == 0.5 and summary.mean_score == 0.75
+    assert EvalResult([gen(1.0, 0.0, 0)], n=1, seconds=0.0).metrics()["val-core/r1/acc/mean@1"] == 0.0

@@ -18,7 +18,9 @@ def test_the_build_ignores_the_callers_rng_state(tmp_path):
     for caller_seed in (0, 99):
         torch.manual_seed(caller_seed)
         torch.rand(17)  # the caller has used the global generator
+        state = torch.get_rng_state()
         folder = build_tiny_model(tmp_path / f"after-{caller_seed}", SPEC, log=lambda *_: None)
+        assert torch.equal(torch.get_rng_state(), state)  # the caller's RNG is untouched
         weights.append(load_file(folder / "model.safetensors"))
     assert weights[0].keys() == weights[1].keys()
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])

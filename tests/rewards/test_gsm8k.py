@@ -2,7 +2,8 @@
 reference solution of the real GSM8K test set scored against its own answer."""
 
 import json
-import time
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -96,18 +97,33 @@ def test_unicode_and_empty():
     assert gsm8k.compute_score("", "", method="flexible") == 0.0
 
 
-def test_huge_responses_return_quickly():
-    start = time.perf_counter()
-    assert gsm8k.compute_score("blah " * 200_000 + "#### 72", "72") == 1.0  # 1 MB
-    assert gsm8k.compute_score("7 " * 500_000, "72", method="flexible") == 0.0
-    assert gsm8k.compute_score("1," * 500_000, "72", method="flexible") == 0.0
-    # `####` followed by a long run of whitespace: adjacent `\s*\$?\s*` in the
-    # pattern used to backtrack quadratically here (3.5 s for 19 000 spaces).
-    assert gsm8k.compute_score("#### " + " \n" * 9_500 + "x", "72", method="flexible") == 0.0
+HUGE_RESPONSES = """
+from thinkrl.rewards import gsm8k
+assert gsm8k.compute_score("blah " * 200_000 + "#### 72", "72") == 1.0  # 1 MB
+assert gsm8k.compute_score("7 " * 500_000, "72", method="flexible") == 0.0
+assert gsm8k.compute_score("1," * 500_000, "72", method="flexible") == 0.0
+# `####` followed by a long run of whitespace: adjacent `\\s*\\$?\\s*` in the
+# pattern used to backtrack quadratically here (~3 s a pass; a linear scan: ~1 ms).
+for _ in range(40):
+    assert gsm8k.compute_score("#### " + " \\n" * 9_500 + "x", "72", method="flexible") == 0.0
     assert gsm8k.compute_score("#### $" + " " * 19_000 + "x", "72") == 0.0
-    # A guard against the quadratic case, not a speed target: linear scans take
-    # milliseconds, the old pattern ~7 s; the bound leaves room for a loaded machine.
-    assert time.perf_counter() - start < 3.0
+print("finished")
+"""
+
+
+def test_huge_responses_finish():
+    # A guard against catastrophic backtracking, not a speed target: the 40
+    # passes take well under a second when scans are linear and minutes with
+    # the old quadratic pattern, so a generous timeout separates the two even
+    # on a loaded 2-core machine. A subprocess can be stopped mid-regex; a
+    # thread cannot (the regex engine holds the GIL).
+    try:
+        done = subprocess.run([sys.executable, "-c", HUGE_RESPONSES], capture_output=True,
+                              text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail("scoring huge responses did not finish in 30 s: a regex in "
+                    "thinkrl/rewards/gsm8k.py backtracks catastrophically")
+    assert done.returncode == 0 and done.stdout.strip() == "finished", done.stderr
 
 
 # ---------------------------------------------------------------- registry

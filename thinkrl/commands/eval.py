@@ -169,10 +169,13 @@ def run_eval(cfg, *, log=print):
 
 
 def model_folder(path: str, *, log=print) -> str:
-    """The folder (or hub id) to load weights from. A folder without a
-    config.json is searched for one below it (a checkpoint's Hugging Face
-    copy); of several, the newest `global_step_N` wins (a run directory)."""
+    """The folder (or hub id) to load weights from: a Hugging Face folder as
+    given; a checkpoint (`global_step_N`) or a run directory (its latest
+    complete checkpoint, as `thinkrl export` finds it) gives the checkpoint's
+    Hugging Face weights."""
     from thinkrl import builtin
+    from thinkrl.checkpoint.state import ACTOR_DIR
+    from thinkrl.checkpoint.store import resolve_checkpoint
 
     if builtin.is_builtin(path):
         return builtin.resolve_model_path(path, log=log)
@@ -185,28 +188,13 @@ def model_folder(path: str, *, log=print) -> str:
         return path  # a hub id: transformers fetches it (or says why it cannot)
     if (local / "config.json").is_file():
         return str(local.resolve())
-    found = [p.parent for p in sorted(local.glob("**/config.json"))
-             if ".tmp-" not in str(p.relative_to(local))]
-    if not found:
-        raise ValueError(f"--model {local.resolve()}: neither it nor any folder below it holds "
-                         "a config.json (a Hugging Face model). Point --model at a model "
-                         "folder, a checkpoint folder (global_step_N) or a run directory.")
-    if len(found) == 1:
-        return str(found[0].resolve())
-    steps = {folder: _global_step(folder.relative_to(local)) for folder in found}
-    if any(step is None for step in steps.values()) or len(set(steps.values())) < len(steps):
-        listing = ", ".join(str(f.relative_to(local)) for f in found[:6])
-        raise ValueError(f"--model {local.resolve()}: several models below it ({listing}); "
-                         "point --model at the one to evaluate.")
-    newest = max(found, key=lambda folder: steps[folder])
-    log(f"{local}: using the newest checkpoint, {newest.relative_to(local)}")
-    return str(newest.resolve())
-
-
-def _global_step(relative: Path) -> int | None:
-    steps = [int(m.group(1)) for part in relative.parts
-             if (m := re.fullmatch(r"global_step_(\d+)", part))]
-    return steps[0] if len(steps) == 1 else None
+    try:
+        checkpoint = resolve_checkpoint(local, log=log)
+    except ValueError as err:
+        raise ValueError(f"--model {local.resolve()}: not a Hugging Face model folder (no "
+                         f"config.json), and not a checkpoint or run directory: {err}") from None
+    log(f"--model {local}: the weights of checkpoint {checkpoint.name}")
+    return str(checkpoint / ACTOR_DIR)
 
 
 def output_dir(out: str | None, model_path: str) -> Path:
@@ -255,7 +243,7 @@ def format_table(result) -> str:
         return "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
                          for i, (c, w) in enumerate(zip(cells, widths)))
     rule = "-" * len(line(header))
-    footer = (f"{result.seconds:.1f} s; acc: score >= {CORRECT_SCORE}"
+    footer = (f"{result.seconds:.1f} s; acc: accuracy (or score) >= {CORRECT_SCORE}"
               + (f"; {result.scorer_errors} scorer errors (scored 0)" if result.scorer_errors
                  else ""))
     return "\n".join([line(header), rule, *[line(r) for r in rows], rule, footer])

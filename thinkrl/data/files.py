@@ -13,6 +13,8 @@ import glob
 import os
 from pathlib import Path
 
+from thinkrl.errors import SetupError
+
 SUFFIXES = (".parquet",)
 
 
@@ -27,19 +29,27 @@ def resolve_files(spec: str | list[str], *, key: str) -> list[Path]:
         if any(ch in str(item) for ch in "*?["):
             matches = sorted(Path(p) for p in glob.glob(str(path), recursive=True))
             if not matches:
-                raise ValueError(f"{key}: the pattern {item!r} matches no file.{nearest_files(path)}")
+                raise SetupError(f"{key}: the pattern {item!r} matches no file", _fix_path(key, path))
             found.extend(matches)
         elif path.is_dir():
             matches = sorted(p for p in path.iterdir() if p.suffix in SUFFIXES)
             if not matches:
-                raise ValueError(f"{key}: the directory {path} holds no .parquet file. "
-                                 f"Point {key} at the files written by your preprocessing.")
+                raise SetupError(f"{key}: the directory {path} holds no .parquet file",
+                                 f"point {key} at the files your preprocessing wrote "
+                                 "(thinkrl prep writes train.parquet and test.parquet)")
             found.extend(matches)
         elif path.is_file():
             found.append(path)
         else:
-            raise ValueError(f"{key}: no such file {path}.{nearest_files(path)}")
+            raise SetupError(f"{key}: no such file {path}", _fix_path(key, path))
     return found
+
+
+def _fix_path(key: str, path: Path) -> str:
+    # A path without the file prefix the preprocessing added is the classic
+    # cause (a seed run's IndexError); the nearest names usually show it.
+    return (f"point {key} at the files your preprocessing wrote (the full name, prefix "
+            f"included).{nearest_files(path)}")
 
 
 def nearest_files(path: Path) -> str:

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 from thinkrl.doctor.core import CheckResult, DoctorContext, NotChecked, fail, ok, warn
 from thinkrl.doctor.shards import read_sharded_layout
+from thinkrl.errors import problem_and_fix
 
 
 def check_validate(ctx: DoctorContext) -> list[CheckResult]:
@@ -47,8 +48,7 @@ def check_backend(ctx: DoctorContext) -> CheckResult:
     try:
         build_check_backend(ctx.cfg, devices)
     except ValueError as err:
-        found, _, fix = str(err).partition("; ")
-        return fail("config/backend", found, fix or str(err))
+        return fail("config/backend", *problem_and_fix(err))
     return ok("config/backend", f"trainer.backend={ctx.cfg.trainer.backend}, "
               f"rollout.name={ctx.cfg.actor_rollout_ref.rollout.name}, one device")
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from thinkrl.doctor.core import CheckResult, DoctorContext, NotChecked, fail, gib, ok, warn
+from thinkrl.errors import problem_and_fix
 
 SAMPLED_ROWS = 1000
 """Prompts rendered and tokenised per data set for the length check: evenly
@@ -95,10 +96,7 @@ def check_files(ctx: DoctorContext) -> list[CheckResult]:
         try:
             files = resolve_files(builtin.resolve_data_files(_spec(ctx, key), log=ctx.log), key=key)
         except ValueError as err:
-            found, _, nearest = str(err).partition(". ")
-            results.append(fail("data/files", found, (nearest + " " if nearest else "") +
-                                f"Point {key} at the files your preprocessing wrote (the full "
-                                "name, prefix included)."))
+            results.append(fail("data/files", *problem_and_fix(err)))
             continue
         empty = [p for p in files if p.stat().st_size == 0]
         if empty:

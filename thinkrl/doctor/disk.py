@@ -91,10 +91,18 @@ def _checkpoints(ctx: DoctorContext) -> Location:
            "or save less often (trainer.save_freq)")
     if trainer.save_freq <= 0:
         return Location("checkpoints", path, 0, "no checkpoints (trainer.save_freq <= 0): metrics only", fix)
-    count = trainer.max_actor_ckpt_to_keep or _checkpoint_count(ctx)
+    keep = trainer.max_actor_ckpt_to_keep
     one, why = _param_bytes(ctx, BYTES_PER_PARAM_CHECKPOINT, "fp32 weights + AdamW moments")
+    if keep:  # rotate keeps all when keep is None or 0
+        # save_checkpoint writes the new checkpoint before rotate deletes the
+        # oldest, so for a moment keep + 1 are on disk.
+        count = keep + 1
+        held = f"at the peak: the {keep} kept + the one being written"
+    else:
+        count = _checkpoint_count(ctx)
+        held = "all kept (trainer.max_actor_ckpt_to_keep unset)"
     return Location("checkpoints", path, one * count,
-                    f"{count} checkpoint(s) x {gib(one)} ({why})", fix)
+                    f"{count} checkpoint(s) x {gib(one)} {held}; {why}", fix)
 
 
 def _checkpoint_count(ctx: DoctorContext) -> int:

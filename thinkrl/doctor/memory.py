@@ -34,15 +34,31 @@ from dataclasses import dataclass
 from thinkrl.doctor.core import CheckResult, DoctorContext, NotChecked, fail, gib, ok, warn
 
 WARN_FRACTION = 0.85
+_ARR = "actor_rollout_ref"
+_ONE_DEVICE = ("the local backend keeps all of it on one device (sharding over devices comes "
+               "with the Ray/FSDP2 backend in a later release)")
 FIXES = {
-    "weights": "use more devices (trainer.backend=ray shards weights, gradients and AdamW with FSDP) or a smaller model",
-    "AdamW": "use more devices (FSDP shards AdamW) or actor.fsdp_config.optimizer_offload=True (ray backend)",
-    "reference": "ref.fsdp_config.param_offload=True (ray backend), or no KL term (actor.use_kl_loss=False)",
-    "gradients": "use more devices (FSDP shards gradients)",
-    "activations": "lower actor.ppo_micro_batch_size_per_gpu, set actor_rollout_ref.model."
-                   "enable_gradient_checkpointing=True, or shorten data.max_response_length",
-    "KV cache": "generate fewer sequences at once: lower data.train_batch_size or rollout.n, "
-                "data.val_batch_size for validation, or shorten data.max_response_length",
+    # Only what trainer.backend=local with the native engine accepts now
+    # (thinkrl.build.check_backend refuses ray, several devices, other engines).
+    "weights": f"use a smaller model ({_ARR}.model.path): fp32 weights, gradients and AdamW "
+               f"take 16 bytes per parameter and {_ONE_DEVICE}",
+    "AdamW": f"use a smaller model ({_ARR}.model.path): AdamW's two fp32 moments take 8 bytes "
+             f"per parameter and {_ONE_DEVICE}",
+    "gradients": f"use a smaller model ({_ARR}.model.path): fp32 gradients take 4 bytes per "
+                 f"parameter and {_ONE_DEVICE}",
+    "reference": f"drop the KL term ({_ARR}.actor.use_kl_loss=False and "
+                 "algorithm.use_kl_in_reward=False): the frozen reference copy is then not "
+                 f"loaded; or use a smaller model ({_ARR}.model.path)",
+    "activations": f"lower {_ARR}.actor.ppo_micro_batch_size_per_gpu (and "
+                   f"{_ARR}.rollout.log_prob_micro_batch_size_per_gpu, "
+                   f"{_ARR}.ref.log_prob_micro_batch_size_per_gpu), set "
+                   f"{_ARR}.model.enable_gradient_checkpointing=True, shorten "
+                   "data.max_response_length, or use a smaller model",
+    "KV cache": "the native engine generates a whole batch in one call: in training "
+                f"data.train_batch_size x {_ARR}.rollout.n sequences (lower either), in "
+                "validation data.val_batch_size x rollout.val_kwargs.n, or rollout.max_num_seqs "
+                "when data.val_batch_size is unset (lower those); or shorten "
+                "data.max_response_length",
 }
 
 
@@ -170,7 +186,9 @@ def check_host(ctx: DoctorContext) -> CheckResult:
                 parts.append(f"offloaded {name} {gib(size)}")
     available = host_available()
     found = f"~{gib(need)} of {gib(available)} available ({', '.join(parts)})"
-    fix = "free host RAM, turn off fsdp_config offload flags, or use more nodes"
+    fix = "free host RAM (stop other processes) or use a smaller model (actor_rollout_ref.model.path)"
+    if len(parts) > 1:
+        fix += "; turn off the fsdp_config offload flags"
     if need > available:
         return fail("memory/host", found, fix)
     if need > WARN_FRACTION * available:

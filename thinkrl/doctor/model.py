@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from thinkrl.doctor.core import CheckResult, DoctorContext, NotChecked, fail, ok, warn
+from thinkrl.errors import problem_and_fix
 
 REWARD_MARKUP = ("<think>", "</think>", "<answer>", "</answer>", "\\boxed{")
 """What the r1 and math rewards look for in a decoded response."""
@@ -193,8 +194,7 @@ def check_fits(ctx: DoctorContext) -> CheckResult:
     try:
         check_model_fits(shell, tok, sizes, model_path=ctx.model_path)
     except ValueError as err:
-        found, _, fix = str(err).partition(": ") if "they do not belong" in str(err) else (str(err), "", "")
-        return fail("model/fits", found, fix or "lower data.max_prompt_length or data.max_response_length")
+        return fail("model/fits", *problem_and_fix(err))
     limit = getattr(text, "max_position_embeddings", None)
     return ok("model/fits", f"{len(tok)} token ids <= {text.vocab_size} embeddings; "
               f"{sizes.prompt_length} + {sizes.response_length} tokens <= {limit} positions")

@@ -160,14 +160,15 @@ def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec = TinyModelSpec(),
     pairs = synthetic.pretraining_texts(problems, full_solution_rate=spec.full_solution_rate,
                                         seed=spec.seed)
     tokenizer = build_tokenizer([q + "\n" + a for q, a in pairs], vocab_size=spec.vocab_size)
-    # The initial weights must not depend on what the caller did with torch's
-    # global RNG (the doctor, a test, a training run may build the model).
-    torch.manual_seed(spec.seed)
-    model = _make_model(spec, tokenizer)
-    n_params = sum(p.numel() for p in model.parameters())
-    log(f"building the tiny base model ({n_params / 1e6:.2f}M parameters, Qwen2 architecture) "
-        f"in {out_dir}")
-    pretrain(model, tokenizer, pairs, spec, log=log)
+    # The weights depend on the spec alone, and the caller's global RNG is
+    # left as it was (the doctor, a test or a training run may build it).
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(spec.seed)
+        model = _make_model(spec, tokenizer)
+        n_params = sum(p.numel() for p in model.parameters())
+        log(f"building the tiny base model ({n_params / 1e6:.2f}M parameters, Qwen2 "
+            f"architecture) in {out_dir}")
+        pretrain(model, tokenizer, pairs, spec, log=log)
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()

@@ -22,6 +22,7 @@ DPI = 100
 WIDTH_IN = 11.0
 ROW_HEIGHT_IN = 3.6
 MAX_BARS = 60
+PASS_AT_K = re.compile(r"val-aux/(?P<source>.+)/reward/pass@(?P<k>\d+)$")
 THROUGHPUT = re.compile(r"throughput|tokens?_per_s(ec|econd)?$|tok(en)?s?/s$")
 # The stages of one training step, in the order they run (thinkrl.trainer.grpo_step).
 STAGES = ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "update_weights")
@@ -78,17 +79,18 @@ def validation_panel(m: RunMetrics) -> Panel:
         return Panel("validation", title, "not shown: no val-core/*/reward/mean@* or "
                      "val-core/*/acc/* metrics (no validation ran: trainer.test_freq and "
                      "trainer.val_before_train)")
-    pass_keys = m.matching("val-aux/", contains=("/pass@",))
-    fig, axes = _figure(2 if pass_keys else 1)
+    curves, skipped = pass_at_k_curves(m)
+    fig, axes = _figure(2 if curves else 1)
     for key in keys:
         _line(axes[0], m, key, label=key.removeprefix("val-core/"), marker="o")
     _finish(axes[0], m, ylabel="mean over validation responses")
-    if pass_keys:
+    if curves:
         axes[0].set_title("over training", fontsize=10)
-        _pass_at_k(axes[1], m, pass_keys)
-    return Panel("validation", title, "Validation set, scored at each validation step "
-                 "(step 0: before training). reward: mean score; acc: fraction correct; "
-                 "pass@k: a prompt counts if any of k samples is correct.", fig)
+        _pass_at_k(axes[1], curves)
+    note = ("Validation set, scored at each validation step (step 0: before training). "
+            "reward: mean score; acc: fraction correct; pass@k: a prompt counts if any of "
+            "k samples is correct.")
+    return Panel("validation", title, " ".join([note, *skipped]), fig)
 
 
 def length_panel(m: RunMetrics) -> Panel:
@@ -243,22 +245,56 @@ def _fraction_axis(ax, values: np.ndarray) -> None:
     ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=None))
 
 
-def _pass_at_k(ax, m: RunMetrics, keys: list[str]) -> None:
-    """pass@k against k at the first and the last validation, per data source."""
+@dataclass(frozen=True)
+class PassAtKCurve:
+    """pass@k against k for one data source at one validation step."""
+
+    source: str
+    step: int
+    ks: list[int]
+    values: list[float]
+    first: bool
+    """The source's first validation step (drawn dashed); else its last."""
+
+
+def pass_at_k_curves(m: RunMetrics) -> tuple[list[PassAtKCurve], list[str]]:
+    """Curves for the first and the last validation step of each data source,
+    and notes on what was left out.
+
+    Each step draws the k values it logged: the set can change between
+    validations (val n changed across a resume), so no step need have them all.
+    Keys not of the form val-aux/<source>/reward/pass@<k> are left out.
+    """
     by_source: dict[str, list[tuple[int, str]]] = {}
-    for key in keys:
-        source, k = re.match(r"val-aux/(.+)/reward/pass@(\d+)$", key).groups()
-        by_source.setdefault(source, []).append((int(k), key))
+    ignored = []
+    for key in m.matching("val-aux/", contains=("/pass@",)):
+        match = PASS_AT_K.match(key)
+        if match is None:
+            ignored.append(key)
+            continue
+        by_source.setdefault(match["source"], []).append((int(match["k"]), key))
+    curves: list[PassAtKCurve] = []
+    notes = [f"pass@k: left out {', '.join(ignored)} (not val-aux/<source>/reward/pass@<k>)."
+             ] if ignored else []
     for source, ks in sorted(by_source.items()):
         ks.sort()
         table = np.array([m.columns[key] for _, key in ks])  # [K, S]
-        validated = np.flatnonzero(np.isfinite(table).all(axis=0))
-        for index, style in ((validated[0], "--"), (validated[-1], "-")):
-            ax.plot([k for k, _ in ks], table[:, index], style, marker="o", ms=4,
-                    label=f"{source}, step {m.steps[index]}")
-            if validated[0] == validated[-1]:
-                break
-    ks = sorted({int(key.rsplit("@", 1)[1]) for key in keys})
+        # Never empty: `matching` keeps only keys with a finite value.
+        validated = np.flatnonzero(np.isfinite(table).any(axis=0))
+        for index in dict.fromkeys((validated[0], validated[-1])):  # once if they are one
+            logged = np.isfinite(table[:, index])
+            curves.append(PassAtKCurve(
+                source, int(m.steps[index]), [k for (k, _), ok in zip(ks, logged) if ok],
+                [float(v) for v in table[logged, index]], first=index == validated[0]))
+    return curves, notes
+
+
+def _pass_at_k(ax, curves: list[PassAtKCurve]) -> None:
+    """pass@k against k at the first and the last validation, per data source."""
+    for curve in curves:
+        ax.plot(curve.ks, curve.values, "--" if curve.first else "-", marker="o", ms=4,
+                label=f"{curve.source}, step {curve.step}")
+    ks = sorted({k for curve in curves for k in curve.ks})
     ax.set_xscale("log", base=2)
     ax.set_xticks(ks, labels=[str(k) for k in ks])
     ax.xaxis.set_minor_locator(NullLocator())
