@@ -5,7 +5,9 @@ stuck in a loop) cannot be interrupted from inside its thread, so each
 response is scored in a worker process and the parent watches the clock:
 a worker silent for longer than `timeout_s` on one sample is killed, that
 sample is reported as timed out, the rest of its work goes to the others,
-and a fresh worker takes its place.
+and a fresh worker takes its place. A replacement that fails to start is
+retried (a few times in a row at most): a scorer problem mid-run costs
+samples, not the run.
 
 Start method: the trainer process holds torch and its thread pools, and
 `fork` copies a process whose other threads may hold locks (a deadlock
@@ -18,6 +20,7 @@ first `run` (or `start()`) and are reused across steps.
 
 from __future__ import annotations
 
+import logging
 import math
 import multiprocessing as mp
 import time
@@ -30,6 +33,10 @@ from thinkrl.rewards.reward_fn import Outcome, RewardFnSpec, Task
 _WORKER_MODULE = "thinkrl.rewards.worker"
 _MAX_CHUNK = 32  # tasks sent at once: fewer round trips, still balanced across workers
 _CHUNKS_PER_WORKER = 4
+_MAX_FAILED_STARTS = 3  # replacements in a row that fail to start before the run stops
+_REAP_S = 1.0  # how long to wait for a dead worker's exit code
+
+log = logging.getLogger(__name__)
 
 
 def _context(start_method: str | None) -> mp.context.BaseContext:
@@ -55,6 +62,8 @@ class _Worker:
     """Tasks sent and not yet answered; the first is being scored now."""
     deadline: float = math.inf
     """When to give up on it: start-up, or the sample it is scoring now."""
+    start_error: str | None = None
+    """Why it could not build the reward function (it said so, then exited)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +91,10 @@ class ScoringPool:
         self._workers: list[_Worker] = []
         self.restarts = 0
         """Workers started to replace a killed or dead one, over the pool's life."""
+        self.failed_starts = 0
+        """Replacement workers that failed to start (and were retried), over the pool's life."""
+        self._failed_in_a_row = 0
+        self._starting = False
         self.start_seconds = 0.0
         """Wall time the first `start()` took (all workers up and ready)."""
 
@@ -95,9 +108,20 @@ class ScoringPool:
         if self._workers:
             return
         begin = time.perf_counter()
-        self._workers = [self._new_worker() for _ in range(self.num_workers)]
-        while not all(w.ready for w in self._workers):
-            self._wait_once(pending=deque(), outcomes={}, timed_out=[], died=[])
+        self._starting = True
+        try:
+            for _ in range(self.num_workers):
+                self._workers.append(self._new_worker())
+            while not all(w.ready for w in self._workers):
+                self._wait_once(pending=deque(), outcomes={}, timed_out=[], died=[])
+        except BaseException:
+            # No half-started pool: the next `run` would see workers, skip
+            # starting, and misread a dead one's silence.
+            self.close()
+            raise
+        finally:
+            self._starting = False
+        self._failed_in_a_row = 0
         self.start_seconds = time.perf_counter() - begin
 
     def _new_worker(self) -> _Worker:
@@ -124,7 +148,7 @@ class ScoringPool:
             while pending or any(w.queue for w in self._workers):
                 self._dispatch(pending)
                 self._wait_once(pending, outcomes, timed_out, died)
-        except BaseException:  # Ctrl-C or a start-up failure: answers still in flight
+        except BaseException:  # Ctrl-C or failing replacements: answers still in flight
             self.close()  # would be read as the next batch's; fresh workers start next time
             raise
         return PoolReport(outcomes, timed_out, died)
@@ -149,25 +173,53 @@ class ScoringPool:
         wait_s = max(0.0, min(w.deadline for w in watched) - time.monotonic())
         ready = set(wait([w.conn for w in watched], timeout=wait_s))
         for index, worker in enumerate(self._workers):
-            if worker.conn in ready:
-                if self._receive(worker, outcomes):
-                    continue
-                if not worker.ready:
-                    # Most often: a script that starts training at import time,
-                    # which every worker re-imports (Python's multiprocessing rule).
-                    raise ValueError(
-                        f"a reward worker exited during start-up (exit code "
-                        f"{worker.process.exitcode}); see its error above. If you start "
-                        "thinkrl from your own script, put that code under "
-                        "`if __name__ == \"__main__\":` (reward workers re-import the main "
-                        "script), or set reward.num_workers=0 to score in this process.")
-                died.append(worker.queue.popleft())
+            if worker.conn not in ready and time.monotonic() < worker.deadline:
+                continue
+            # Read before judging even at the deadline: an answer that came after
+            # wait() returned moves the deadline on to the next task (or ends it).
+            alive = self._receive(worker, outcomes)
+            if not worker.ready and (not alive or worker.start_error is not None
+                                     or time.monotonic() >= worker.deadline):
+                self._failed_start(index, alive, pending)
+            elif not alive:
+                if worker.queue:  # empty when it sent its last answer, then died
+                    died.append(worker.queue.popleft())
                 self._replace(index, pending)
             elif time.monotonic() >= worker.deadline:
-                if not worker.ready:
-                    raise RuntimeError(f"a reward worker did not start within {self.start_timeout_s:.0f} s")
                 timed_out.append(worker.queue.popleft())
                 self._replace(index, pending)
+
+    def _failed_start(self, index: int, alive: bool, pending: deque[list[Task]]) -> None:
+        """Worker `index` did not get ready: raise while the pool starts (before
+        step 1), else start another in its place, a few times in a row at most."""
+        worker = self._workers[index]
+        if worker.start_error is not None:
+            why = f"could not build the reward function: {worker.start_error}"
+        elif not alive:
+            worker.process.join(_REAP_S)  # exitcode is None until the process is reaped
+            why = f"exited during start-up (exit code {worker.process.exitcode}); see its error above"
+        else:
+            why = f"did not start within {self.start_timeout_s:.0f} s"
+        if self._starting:
+            if worker.start_error is None and not alive:
+                # Most often: a script that starts training at import time,
+                # which every worker re-imports (Python's multiprocessing rule).
+                raise ValueError(
+                    f"a reward worker {why}. If you start thinkrl from your own script, put "
+                    "that code under `if __name__ == \"__main__\":` (reward workers re-import "
+                    "the main script), or set reward.num_workers=0 to score in this process.")
+            raise (ValueError if worker.start_error is not None else RuntimeError)(f"a reward worker {why}")
+        # A replacement holds no task until it is ready, so no sample is lost here.
+        self.failed_starts += 1
+        self._failed_in_a_row += 1
+        if self._failed_in_a_row >= _MAX_FAILED_STARTS:
+            raise RuntimeError(
+                f"{self._failed_in_a_row} replacement reward workers in a row failed to start "
+                f"(last one {why}); the pool cannot score. If the reward function's file changed "
+                "since the run started, fix it and resume; reward.num_workers=0 scores in this process.")
+        log.warning("a replacement reward worker %s; starting another (%d of %d in a row)",
+                    why, self._failed_in_a_row, _MAX_FAILED_STARTS)
+        self._replace(index, pending)
 
     def _receive(self, worker: _Worker, outcomes: dict[int, Outcome]) -> bool:
         """Take every message waiting on `worker`'s pipe; False if it died."""
@@ -177,9 +229,11 @@ class ScoringPool:
             while worker.conn.poll():
                 position, outcome = worker.conn.recv()
                 if position == READY:
-                    if outcome is not None:
-                        raise ValueError(f"a reward worker could not build the reward function: {outcome}")
+                    if outcome is not None:  # it exits next; the caller decides what that costs
+                        worker.start_error = outcome
+                        continue
                     worker.ready, worker.deadline = True, math.inf
+                    self._failed_in_a_row = 0
                     continue
                 done = worker.queue.popleft()
                 assert done.position == position, (done.position, position)
