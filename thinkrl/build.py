@@ -139,8 +139,7 @@ def build_run(cfg: Config, *, log=print) -> Run:
     train_loader = PromptLoader(train_prompts, batch_size=data.train_batch_size,
                                 shuffle=data.shuffle, seed=data.seed,
                                 pad_token_id=tokenizer.pad_token_id)
-    total_steps = cfg.trainer.total_training_steps or (
-        cfg.trainer.total_epochs * train_loader.batches_per_epoch)
+    total_steps = total_training_steps(cfg, batches_per_epoch=train_loader.batches_per_epoch)
     arr.actor.optim.total_training_steps = total_steps
 
     mixed_precision = autocast(device, compute_dtype(device, arr.model.dtype))
@@ -197,12 +196,25 @@ def build_run(cfg: Config, *, log=print) -> Run:
     return run
 
 
-def run_tokenizer(cfg: Config, model_path: str):
+def total_training_steps(cfg: Config, *, batches_per_epoch: int) -> int:
+    """trainer.total_training_steps, else total_epochs full passes over the prompts."""
+    return cfg.trainer.total_training_steps or cfg.trainer.total_epochs * batches_per_epoch
+
+
+def tokenizer_path(cfg: Config, model_path: str) -> str:
     """data.tokenizer, else actor_rollout_ref.model.tokenizer_path, else the model's own."""
-    arr, data = cfg.actor_rollout_ref, cfg.data
-    return load_tokenizer(data.tokenizer or arr.model.tokenizer_path or model_path,
-                          trust_remote_code=arr.model.trust_remote_code or data.trust_remote_code,
-                          custom_chat_template=arr.model.custom_chat_template)
+    return cfg.data.tokenizer or cfg.actor_rollout_ref.model.tokenizer_path or model_path
+
+
+def tokenizer_options(cfg: Config) -> dict:
+    """How the run's tokenizer is loaded (`load_tokenizer` keyword arguments)."""
+    model = cfg.actor_rollout_ref.model
+    return dict(trust_remote_code=model.trust_remote_code or cfg.data.trust_remote_code,
+                custom_chat_template=model.custom_chat_template)
+
+
+def run_tokenizer(cfg: Config, model_path: str):
+    return load_tokenizer(tokenizer_path(cfg, model_path), **tokenizer_options(cfg))
 
 
 def prompt_set(cfg: Config, tokenizer, *, files, key: str, template: str, log=print) -> list[Prompt]:

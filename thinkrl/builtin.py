@@ -1,7 +1,8 @@
 """Built-in assets named `builtin:NAME`, made on first use and cached.
 
 - `builtin:arith/train`, `builtin:arith/test`: the arithmetic word-problem
-  set of `thinkrl.data.synthetic`, written as verl-schema parquet files.
+  set of `thinkrl.data.synthetic`, written as verl-schema parquet files by
+  `thinkrl prep builtin --template chat` (`thinkrl.data.prep`).
 - `builtin:tiny-qwen2`: the tiny pretrained Qwen2 model of
   `thinkrl.models.tiny`, written as a Hugging Face folder.
 
@@ -44,20 +45,13 @@ def resolve_data_files(spec: str | list[str], *, log=print) -> str | list[str]:
 
 
 def write_arith_parquet(folder: Path, *, log=print) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    """`thinkrl prep builtin --template chat --output FOLDER`: the same rows."""
+    from thinkrl.data.prep import PrepRequest, prepare
 
-    from thinkrl.data import synthetic
-
-    train, test = synthetic.split_problems(train=ARITH_TRAIN_SIZE, test=synthetic.TEST_SIZE,
-                                           seed=synthetic.DATA_SEED)
-    folder.mkdir(parents=True, exist_ok=True)
-    for split, problems in (("train", train), ("test", test)):
-        rows = [synthetic.to_verl_row(p, split=split, index=i) for i, p in enumerate(problems)]
-        tmp = folder / f".{split}.parquet.{os.getpid()}"
-        pq.write_table(pa.Table.from_pylist(rows), tmp)
-        tmp.replace(folder / f"{split}.parquet")  # atomic: never a half-written file
-    log(f"wrote the built-in arithmetic set ({len(train)} train / {len(test)} test) to {folder}")
+    written = {w.split: w.rows for w in prepare(PrepRequest(source="builtin", output=folder,
+                                                             template="chat"))}
+    log(f"wrote the built-in arithmetic set ({written['train']} train / {written['test']} test) "
+        f"to {folder}")
 
 
 def resolve_model_path(path: str, *, log=print) -> str:

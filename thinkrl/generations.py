@@ -8,11 +8,11 @@ object per response with the keys of `Generation` plus `step`.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
+from thinkrl.atomic import atomic_path
 from thinkrl.records import Rollouts
 
 KINDS = ("train", "val")
@@ -114,15 +114,12 @@ def write_jsonl(path: str | Path, generations: Sequence[Generation], *,
     """One JSON object per generation (with `step` first when given). Written
     to a temporary file and renamed, so a reader never sees half a file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    with tmp.open("w", encoding="utf-8") as f:
+    with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as f:
         for generation in generations:
             record = asdict(generation)
             if step is not None:
                 record = {"step": step, **record}
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
-    tmp.replace(path)
     return path
 
 

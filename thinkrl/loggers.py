@@ -39,13 +39,19 @@ def logger_problems(names: list[str]) -> list[str]:
     return problems
 
 
-def open_sinks(names: list[str], *, run_dir: Path, config: dict[str, Any] | None,
-               print_fn: Callable[[str], None]) -> list[Sink]:
-    """The sinks for `trainer.logger` = `names` (jsonl is MetricsLog's own, so
-    it adds none here). Raises ValueError listing every problem first."""
+def check_loggers(names: list[str]) -> None:
+    """ValueError listing every problem of `trainer.logger` (see logger_problems)."""
     problems = logger_problems(names)
     if problems:
         raise ValueError("trainer.logger: " + "; ".join(problems))
+
+
+def open_sinks(names: list[str], *, run_dir: Path, config: dict[str, Any] | None,
+               print_fn: Callable[[str], None], resume_step: int | None = None) -> list[Sink]:
+    """The sinks for `trainer.logger` = `names` (jsonl is MetricsLog's own, so
+    it adds none here). `resume_step`: the run continues after that step, so
+    wandb continues the same run."""
+    check_loggers(names)
     sinks: list[Sink] = []
     for name in dict.fromkeys(names):  # a name given twice opens one sink
         if name == "console":
@@ -53,7 +59,7 @@ def open_sinks(names: list[str], *, run_dir: Path, config: dict[str, Any] | None
         elif name == "tensorboard":
             sinks.append(TensorBoardSink(_tensorboard_dir(run_dir)))
         elif name == "wandb":
-            sinks.append(WandbSink(config))
+            sinks.append(WandbSink(config, run_dir=run_dir, resumed=resume_step is not None))
     return sinks
 
 
@@ -81,6 +87,9 @@ class TensorBoardSink:
                              f"({err}): pip install tensorboard, or remove it from "
                              "trainer.logger") from err
         self.log_dir = log_dir
+        # A resumed run logs its redone steps again; TensorBoard itself drops
+        # the stopped run's events from there on (it purges orphaned data when
+        # a step goes back), so the writer needs nothing special.
         self.writer = SummaryWriter(log_dir=str(log_dir))
 
     def log(self, metrics: dict[str, float], step: int) -> None:
@@ -96,14 +105,27 @@ class TensorBoardSink:
 class WandbSink:
     """Weights & Biases: project and run name from `trainer.project_name` and
     `trainer.experiment_name`, the run config as the wandb config.
-    `WANDB_MODE=offline` (or `disabled`) is read by wandb itself."""
+    `WANDB_MODE=offline` (or `disabled`) is read by wandb itself. The run id
+    is kept in the run directory, so a resumed run continues the same wandb
+    run (`resume="allow"`); a fresh run in the same directory starts a new one."""
 
-    def __init__(self, config: dict[str, Any] | None) -> None:
+    ID_FILE = "wandb_run_id.txt"
+
+    def __init__(self, config: dict[str, Any] | None, *, run_dir: Path, resumed: bool) -> None:
+        import uuid
+
         import wandb
 
         trainer = (config or {}).get("trainer", {})
+        id_file = run_dir / self.ID_FILE
+        if resumed and id_file.is_file():
+            run_id, resume = id_file.read_text().strip(), "allow"
+        else:
+            run_id, resume = uuid.uuid4().hex[:12], None
+            id_file.write_text(run_id + "\n")
         self.run = wandb.init(project=trainer.get("project_name"),
-                              name=trainer.get("experiment_name"), config=config)
+                              name=trainer.get("experiment_name"), config=config,
+                              id=run_id, resume=resume)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         self.run.log({k: v for k, v in metrics.items() if _is_number(v)}, step=step)

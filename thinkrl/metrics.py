@@ -16,7 +16,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from thinkrl.loggers import open_sinks
+from thinkrl.atomic import atomic_write_text
+from thinkrl.loggers import check_loggers, open_sinks
 from thinkrl.records import FINISH_LENGTH, Rollouts
 
 
@@ -85,9 +86,12 @@ class MetricsLog:
 
     def __init__(self, run_dir: Path, *, loggers: list[str], print_fn=print,
                  config: dict | None = None) -> None:
-        # Sinks first, so a bad logger name or a missing package stops the run
-        # before `begin` touches any file.
-        self.sinks = open_sinks(loggers, run_dir=run_dir, config=config, print_fn=print_fn)
+        # A bad logger name or a missing package stops the run here, before
+        # `begin` touches any file.
+        check_loggers(loggers)
+        self.loggers, self.config = loggers, config
+        self.sinks: list | None = None
+        """Opened by `begin` (they need to know whether the run resumes)."""
         self.run_dir, self.path = run_dir, run_dir / "metrics.jsonl"
         run_dir.mkdir(parents=True, exist_ok=True)
         self.print = print_fn
@@ -96,7 +100,8 @@ class MetricsLog:
 
     def begin(self, *, resume_step: int | None = None) -> None:
         """Prepare metrics.jsonl: continue it after `resume_step` (a checkpoint
-        of this run directory was loaded), or keep an earlier run's file aside."""
+        of this run directory was loaded), or keep an earlier run's file aside;
+        then open the sinks. `log` calls it first if nobody did."""
         if resume_step is not None:
             # Steps after k were logged by the run that stopped and are done
             # again now, so drop them.
@@ -106,8 +111,12 @@ class MetricsLog:
             kept = _free_name(self.run_dir, "metrics.previous-{}.jsonl")
             self.path.rename(kept)
             self.print(f"{self.run_dir} held metrics of an earlier run: kept them as {kept.name}")
+        self.sinks = open_sinks(self.loggers, run_dir=self.run_dir, config=self.config,
+                                print_fn=self.print, resume_step=resume_step)
 
     def log(self, metrics: dict[str, float], *, step: int) -> None:
+        if self.sinks is None:
+            self.begin()
         values = {k: v.item() if isinstance(v, torch.Tensor) else v
                   for k, v in sorted(metrics.items())}
         record = {"step": step, **{k: _plain(v) for k, v in values.items()}}
@@ -117,7 +126,7 @@ class MetricsLog:
             sink.log(values, step)
 
     def close(self) -> None:
-        for sink in self.sinks:
+        for sink in self.sinks or []:
             sink.close()
 
 
@@ -133,9 +142,7 @@ def _records_up_to(path: Path, step: int) -> list[dict]:
                 continue
             if record.get("step", step + 1) <= step:
                 records.append(record)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
-    tmp.replace(path)
+    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in records))
     return records
 
 

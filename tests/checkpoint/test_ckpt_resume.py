@@ -37,11 +37,14 @@ def data_files(tmp_path_factory) -> tuple[Path, Path]:
     import pyarrow.parquet as pq
 
     from thinkrl.data import synthetic
+    from thinkrl.data.prep.builtin_arith import to_example
+    from thinkrl.data.prep.examples import to_verl_rows
 
     folder = tmp_path_factory.mktemp("ckpt-data")
     problems = synthetic.generate_problems(10, seed=7)
     for name, rows in (("train", problems[:8]), ("val", problems[8:])):
-        table = [synthetic.to_verl_row(p, split=name, index=i) for i, p in enumerate(rows)]
+        table = to_verl_rows([to_example(p) for p in rows], split=name,
+                             instruction=synthetic.INSTRUCTION)
         pq.write_table(pa.Table.from_pylist(table), folder / f"{name}.parquet")
     return folder / "train.parquet", folder / "val.parquet"
 

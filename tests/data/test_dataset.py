@@ -9,6 +9,8 @@ import pytest
 import torch
 
 from thinkrl.data import synthetic
+from thinkrl.data.prep.builtin_arith import to_example
+from thinkrl.data.prep.examples import to_verl_row
 from thinkrl.data.dataset import Prompt, PromptLoader, _truncate, batches, collate, load_prompts
 from thinkrl.records import Sample
 from thinkrl.rewards import compute_score
@@ -241,7 +243,8 @@ def test_sloppy_solution_stops_after_one_step(split):
 
 def test_verl_row_and_its_ground_truth(split):
     train, _ = split
-    row = synthetic.to_verl_row(train[0], split="train", index=0)
+    row = to_verl_row(to_example(train[0]), split="train", index=0,
+                      instruction=synthetic.INSTRUCTION)
     assert set(row) == {"data_source", "prompt", "ability", "reward_model", "extra_info"}
     assert row["data_source"] == synthetic.DATA_SOURCE
     assert row["prompt"] == [{"role": "user", "content": f"{train[0].question} {synthetic.INSTRUCTION}"}]
@@ -250,7 +253,7 @@ def test_verl_row_and_its_ground_truth(split):
 
     sloppy_right = 0
     for problem in train:
-        truth = synthetic.to_verl_row(problem, split="train", index=0)["reward_model"]["ground_truth"]
+        truth = to_example(problem).ground_truth
         assert compute_score(synthetic.DATA_SOURCE, problem.solution(), truth) == 1.0
         # the shortcut is right only when the later steps cancel out
         shortcut_right = problem.steps[0][3] == problem.answer

@@ -12,6 +12,8 @@ from thinkrl.checkpoint.state import ACTOR_DIR
 from thinkrl.checkpoint.store import MARKER
 from thinkrl.commands.eval import model_folder, output_dir
 from thinkrl.data import synthetic
+from thinkrl.data.prep.builtin_arith import to_example
+from thinkrl.data.prep.examples import to_verl_rows
 
 ROWS = 3
 
@@ -19,7 +21,8 @@ ROWS = 3
 @pytest.fixture
 def small_parquet(tmp_path) -> Path:
     problems = synthetic.generate_problems(ROWS, seed=5)
-    rows = [synthetic.to_verl_row(p, split="test", index=i) for i, p in enumerate(problems)]
+    rows = to_verl_rows([to_example(p) for p in problems], split="test",
+                        instruction=synthetic.INSTRUCTION)
     path = tmp_path / "small.parquet"
     pq.write_table(pa.Table.from_pylist(rows), path)
     return path

@@ -117,8 +117,18 @@ def test_wandb_gets_project_name_config_and_each_step(tmp_path, monkeypatch):
     log.log({"critic/score/mean": torch.tensor(0.5), "note": "text is not a scalar"}, step=4)
     log.close()
 
+    run_id = (tmp_path / "wandb_run_id.txt").read_text().strip()
     assert calls == [
-        ("init", {"project": "gsm8k-grpo", "name": "qwen-0.5b", "config": config}),
+        ("init", {"project": "gsm8k-grpo", "name": "qwen-0.5b", "config": config,
+                  "id": run_id, "resume": None}),
         ("log", {"critic/score/mean": 0.5}, 4),
         ("finish",),
     ]
+    # A resumed run continues the same wandb run; a fresh one starts a new run.
+    calls.clear()
+    MetricsLog(tmp_path, loggers=["wandb"], print_fn=lambda _: None, config=config).begin(resume_step=4)
+    assert calls[0][1]["id"] == run_id and calls[0][1]["resume"] == "allow"
+    calls.clear()
+    MetricsLog(tmp_path, loggers=["wandb"], print_fn=lambda _: None, config=config).begin()
+    assert calls[0][1]["id"] != run_id and calls[0][1]["resume"] is None
+

@@ -23,6 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from thinkrl.atomic import atomic_write_text, fsync_dir, fsync_file
+
 TRACKER = "latest_checkpointed_iteration.txt"
 MARKER = "meta.json"
 _NAME = re.compile(r"^global_step_(\d+)$")
@@ -102,25 +104,6 @@ def remove_stale_tmp(run_dir: Path, *, log=print) -> None:
         shutil.rmtree(stale, ignore_errors=True)
 
 
-def fsync_file(path: Path) -> None:
-    with path.open("rb") as f:
-        os.fsync(f.fileno())
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a rename or a new entry in `path` durable (POSIX only)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # some file systems refuse fsync on directories
-        pass
-    finally:
-        os.close(fd)
-
-
 @contextmanager
 def atomic_checkpoint(run_dir: Path, step: int, meta: dict) -> Iterator[Path]:
     """Yield an empty temporary folder to write step `step`'s files into; on
@@ -133,7 +116,7 @@ def atomic_checkpoint(run_dir: Path, step: int, meta: dict) -> Iterator[Path]:
     tmp.mkdir(parents=True)
     try:
         yield tmp
-        _write_durably(tmp / MARKER, json.dumps(meta, indent=2) + "\n")
+        (tmp / MARKER).write_text(json.dumps(meta, indent=2) + "\n")  # fsynced below
         for path in tmp.rglob("*"):
             if path.is_file():
                 fsync_file(path)
@@ -144,7 +127,7 @@ def atomic_checkpoint(run_dir: Path, step: int, meta: dict) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     fsync_dir(run_dir)
-    _write_durably(run_dir / TRACKER, f"{step}\n", atomic=True)
+    atomic_write_text(run_dir / TRACKER, f"{step}\n", durable=True)
 
 
 def _move_into_place(tmp: Path, final: Path) -> None:
@@ -158,17 +141,6 @@ def _move_into_place(tmp: Path, final: Path) -> None:
     tmp.rename(final)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
-
-
-def _write_durably(path: Path, text: str, *, atomic: bool = False) -> None:
-    target = path.with_name(f".{path.name}.{os.getpid()}") if atomic else path
-    with target.open("w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    if atomic:
-        os.replace(target, path)
-        fsync_dir(path.parent)
 
 
 def rotate(run_dir: Path, *, keep: int | None, current_step: int, log=print) -> list[Path]:

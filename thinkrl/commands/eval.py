@@ -213,15 +213,13 @@ def output_dir(out: str | None, model_path: str) -> Path:
 def write_outputs(out: Path, result, settings: dict) -> None:
     from dataclasses import asdict
 
+    from thinkrl.atomic import atomic_write_text
     from thinkrl.generations import write_jsonl
 
-    out.mkdir(parents=True, exist_ok=True)
     report = {"settings": settings, "prompts": sum(s.prompts for s in result.summaries),
               "samples": len(result.generations), "metrics": result.metrics(),
               "per_source": [asdict(s) for s in result.summaries]}
-    tmp = out / ".eval.json.tmp"
-    tmp.write_text(json.dumps(report, indent=2, default=str) + "\n")
-    tmp.replace(out / "eval.json")
+    atomic_write_text(out / "eval.json", json.dumps(report, indent=2, default=str) + "\n")
     write_jsonl(out / "generations.jsonl", result.generations)
 
 

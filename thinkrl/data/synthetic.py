@@ -3,8 +3,9 @@
 Each problem chains two or three additions and subtractions of small numbers
 ("Ava has 7 shells. She finds 5 more and gives away 3. ..."), so a model must
 read the story, carry a running total and write the result after `####`, as
-in GSM8K. Rows follow verl's parquet schema (see `to_verl_row`), so the same
-files train in verl and the same GSM8K scorer grades them.
+in GSM8K. `thinkrl.data.prep.builtin_arith` turns the problems into rows of
+verl's parquet schema, so the same files train in verl and the same GSM8K
+scorer grades them.
 
 The pretraining corpus for the tiny model (`pretraining_texts`) mixes worked
 solutions that do every step with "sloppy" ones that stop after the first
@@ -86,18 +87,6 @@ def make_problem(rng: random.Random) -> ArithProblem:
 def generate_problems(count: int, *, seed: int) -> list[ArithProblem]:
     rng = random.Random(seed)
     return [make_problem(rng) for _ in range(count)]
-
-
-def to_verl_row(problem: ArithProblem, *, split: str, index: int) -> dict:
-    """A row in verl's RL parquet schema (as its GSM8K preprocessing writes)."""
-    return {
-        "data_source": DATA_SOURCE,
-        "prompt": [{"role": "user", "content": f"{problem.question} {INSTRUCTION}"}],
-        "ability": "math",
-        "reward_model": {"style": "rule", "ground_truth": str(problem.answer)},
-        "extra_info": {"split": split, "index": index, "question": problem.question,
-                       "answer": problem.solution()},
-    }
 
 
 def split_problems(*, train: int, test: int, seed: int) -> tuple[list[ArithProblem], list[ArithProblem]]:

@@ -107,15 +107,18 @@ def _checkpoints(ctx: DoctorContext) -> Location:
 
 def _checkpoint_count(ctx: DoctorContext) -> int:
     """Checkpoints a run keeps when max_actor_ckpt_to_keep is unset: all."""
+    from thinkrl.build import total_training_steps
+
     trainer = ctx.cfg.trainer
-    steps = trainer.total_training_steps
-    if steps is None:
+    batches_per_epoch = 1
+    if trainer.total_training_steps is None:
         from thinkrl.doctor.data import KEYS, dataset_of
         try:
             rows = len(dataset_of(ctx, KEYS[0]).rows)
         except NotChecked:
             return 1
-        steps = trainer.total_epochs * max(rows // ctx.cfg.data.train_batch_size, 1)
+        batches_per_epoch = max(rows // ctx.cfg.data.train_batch_size, 1)
+    steps = total_training_steps(ctx.cfg, batches_per_epoch=batches_per_epoch)
     return max(1, math.ceil(steps / trainer.save_freq))
 
 

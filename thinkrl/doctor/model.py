@@ -74,15 +74,12 @@ def load_model_config(ctx: DoctorContext):
 
 def load_run_tokenizer(ctx: DoctorContext):
     """The tokenizer exactly as `thinkrl.build` loads it."""
+    from thinkrl.build import tokenizer_options, tokenizer_path
     from thinkrl.models.loading import load_tokenizer
 
-    cfg = ctx.cfg
-    model = cfg.actor_rollout_ref.model
-    path = cfg.data.tokenizer or model.tokenizer_path or ctx.model_path
+    path = tokenizer_path(ctx.cfg, ctx.model_path)
     try:
-        return load_tokenizer(fetchable(ctx, path),
-                              trust_remote_code=model.trust_remote_code or cfg.data.trust_remote_code,
-                              custom_chat_template=model.custom_chat_template)
+        return load_tokenizer(fetchable(ctx, path), **tokenizer_options(ctx.cfg))
     except (OSError, ValueError) as err:
         ctx.memo["tokenizer-error"] = err
         raise NotChecked("needs the tokenizer: see model/tokenizer") from None

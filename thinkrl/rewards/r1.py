@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from thinkrl.config.schema import RewardConfig
 from thinkrl.rewards import math as math_answer
 
 _TAGS = ("<think>", "</think>", "<answer>", "</answer>")
@@ -64,8 +65,9 @@ def score_parts(response: str, ground_truth: str, *, format_weight: float = 0.5,
                    score=format_weight * form + accuracy_weight * accuracy)
 
 
-def compute_score(response: str, ground_truth: str, *, format_weight: float = 0.5,
-                  accuracy_weight: float = 1.0) -> dict[str, float]:
+def compute_score(response: str, ground_truth: str, *,
+                  format_weight: float = RewardConfig.r1_format_weight,
+                  accuracy_weight: float = RewardConfig.r1_accuracy_weight) -> dict[str, float]:
     """`{"score", "format", "accuracy"}`: the total and its two parts."""
     parts = score_parts(response, ground_truth, format_weight=format_weight,
                         accuracy_weight=accuracy_weight)

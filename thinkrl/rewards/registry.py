@@ -15,6 +15,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from thinkrl.config.schema import RewardConfig
 from thinkrl.rewards import gsm8k, r1
 from thinkrl.rewards import math as math_answer
 
@@ -53,10 +54,11 @@ DATA_SOURCE_PREFIXES: dict[str, str] = {
 class ScorerSettings:
     """The knobs of the built-in scorers (the `reward.*` config keys)."""
 
-    format_score: float = 0.0
+    # The defaults are the config's (thinkrl.config.schema.RewardConfig), not copies.
+    format_score: float = RewardConfig.format_score
     """gsm8k and math: score of a well-formed but wrong answer."""
-    r1_format_weight: float = 0.5
-    r1_accuracy_weight: float = 1.0
+    r1_format_weight: float = RewardConfig.r1_format_weight
+    r1_accuracy_weight: float = RewardConfig.r1_accuracy_weight
 
 
 def _gsm8k(response: str, ground_truth: str, extra_info: dict | None = None, *,

@@ -23,6 +23,7 @@ from typing import Any, Iterable
 import torch
 from torch import Tensor
 
+from thinkrl.config.schema import RewardConfig
 from thinkrl.records import Sample
 from thinkrl.rewards.custom import RewardFunction, check_signature
 from thinkrl.rewards.pool import ScoringPool
@@ -58,7 +59,8 @@ class ScoreResult:
 class RewardScorer:
     """Scores responses with the run's reward function (built-in or custom)."""
 
-    def __init__(self, spec: RewardFnSpec, *, num_workers: int = 2, timeout_s: float = 10.0) -> None:
+    def __init__(self, spec: RewardFnSpec, *, num_workers: int = RewardConfig.num_workers,
+                 timeout_s: float = RewardConfig.timeout_s) -> None:
         if num_workers < 0:
             raise ValueError(f"reward.num_workers={num_workers}: use 0 (score in the main "
                              "process) or a count of worker processes, e.g. 2")

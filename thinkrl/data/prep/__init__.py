@@ -1,7 +1,7 @@
 """Public data sets → verl RL parquet files (`thinkrl prep`).
 
 One module per source reads its raw files into `Example`s; `prepare` turns
-them into rows (`examples.to_verl_row`) and writes `<output>/<split>.parquet`.
+them into rows (`examples.to_verl_rows`) and writes `<output>/<split>.parquet`.
 
 Sources and the data_source each writes (the reward registry maps these):
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from thinkrl.data.prep import builtin_arith, competition_math, generic, gsm8k, orz
-from thinkrl.data.prep.examples import Example, to_verl_row, write_rows
+from thinkrl.data.prep.examples import Example, to_verl_rows, write_rows
 from thinkrl.data.prep.reading import SPLITS, find_inputs
 from thinkrl.data.templates import TEMPLATES
 
@@ -72,8 +72,7 @@ def prepare(request: PrepRequest) -> list[SplitWritten]:
     instruction = _instruction(request) if request.template == "chat" else None
     written = []
     for split in sorted(examples_by_split, key=SPLITS.index):
-        rows = [to_verl_row(example, split=split, index=index, instruction=instruction)
-                for index, example in enumerate(examples_by_split[split])]
+        rows = to_verl_rows(examples_by_split[split], split=split, instruction=instruction)
         path = Path(request.output).expanduser() / f"{split}.parquet"
         write_rows(rows, path)
         written.append(SplitWritten(split=split, rows=len(rows), path=path))

@@ -11,9 +11,11 @@ verl's RL parquet schema (as its examples/data_preprocess scripts write it):
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
+
+from thinkrl.atomic import atomic_path
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,12 +45,16 @@ def to_verl_row(example: Example, *, split: str, index: int, instruction: str | 
     }
 
 
+def to_verl_rows(examples: Sequence[Example], *, split: str, instruction: str | None) -> list[dict]:
+    """The rows of one split, indexed from 0 in order (see `to_verl_row`)."""
+    return [to_verl_row(example, split=split, index=index, instruction=instruction)
+            for index, example in enumerate(examples)]
+
+
 def write_rows(rows: list[dict], path: Path) -> None:
     """One parquet file, written atomically: a reader never sees half a file."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    pq.write_table(pa.Table.from_pylist(rows), tmp)
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        pq.write_table(pa.Table.from_pylist(rows), tmp)
