@@ -153,3 +153,17 @@ def test_sequence_longer_than_the_model_is_caught_at_start(asset_cache, tiny_mod
                                                        "data.max_response_length=1000"))
     with pytest.raises(ValueError, match="max_position_embeddings 512"):
         train(cfg, log=lambda *_: None)
+
+
+def test_overrides_may_come_before_and_after_the_options(monkeypatch):
+    """`thinkrl train a=1 --config tiny b=2`: both are overrides (argparse alone
+    would reject b=2)."""
+    import thinkrl.commands.train as train_command
+
+    seen = {}
+    monkeypatch.setattr(train_command, "run", lambda args: seen.update(vars(args)) or 0)
+    assert main(["train", "trainer.seed=3", "--config", "tiny", "trainer.progress_bar=False"]) == 0
+    assert seen["config"] == "tiny"
+    assert seen["overrides"] == ["trainer.seed=3", "trainer.progress_bar=False"]
+    with pytest.raises(SystemExit):
+        main(["train", "--config", "tiny", "--no-such-flag"])
