@@ -22,6 +22,14 @@ def recipe_path(name_or_path: str) -> Path:
     return Path(str(builtin))
 
 
+def command_parser(sub, name: str, *, help: str, doc: str | None):
+    """The subparser of one command, its module docstring as the description."""
+    import argparse
+
+    return sub.add_parser(name, help=help, description=doc,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
 def console_log() -> Callable[[str], None]:
     from tqdm import tqdm
 

@@ -9,13 +9,13 @@ checks first. Takes the same recipe and overrides as `thinkrl train`.
 
 from __future__ import annotations
 
-import argparse
 import sys
+
+from thinkrl.commands.common import command_parser
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("doctor", help="check a run before starting it", description=__doc__,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser(sub, "doctor", help="check a run before starting it", doc=__doc__)
     parser.add_argument("--config", help="recipe YAML file or built-in recipe name (default: tiny)")
     parser.add_argument("--json", action="store_true", help="print the results as a JSON list")
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides (verl style)")

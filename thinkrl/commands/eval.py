@@ -17,19 +17,17 @@ greedy decoding with n=1 unless `--n`/`--temperature` say otherwise.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import time
 from pathlib import Path
 
-from thinkrl.commands.common import console_log, recipe_path
+from thinkrl.commands.common import command_parser, console_log, recipe_path
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("eval", help="evaluate a model or checkpoint on a data set",
-                            description=__doc__,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser(sub, "eval", doc=__doc__,
+                            help="evaluate a model or checkpoint on a data set")
     parser.add_argument("--model", help="model folder, hub id, builtin:tiny-qwen2, checkpoint "
                         "folder or run directory (default: actor_rollout_ref.model.path)")
     parser.add_argument("--data", action="append", help="parquet file, folder, glob or "

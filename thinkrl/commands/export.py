@@ -8,15 +8,13 @@ generation_config.json, tokenizer files, model.safetensors) that
 
 from __future__ import annotations
 
-import argparse
 
-from thinkrl.commands.common import console_log
+from thinkrl.commands.common import command_parser, console_log
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("export", help="write a checkpoint's model as a Hugging Face folder",
-                            description=__doc__,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser(sub, "export", doc=__doc__,
+                            help="write a checkpoint's model as a Hugging Face folder")
     parser.add_argument("checkpoint", metavar="CKPT",
                         help="a global_step_N folder, or a run directory (its latest checkpoint)")
     parser.add_argument("--out", required=True, metavar="DIR",

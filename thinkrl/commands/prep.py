@@ -21,7 +21,8 @@ Examples:
 
 from __future__ import annotations
 
-import argparse
+from thinkrl.commands.common import command_parser
+
 
 from thinkrl.data.prep import SOURCES
 from thinkrl.data.templates import TEMPLATES
@@ -30,9 +31,8 @@ DEFAULT_TOKENIZER = "builtin:tiny-qwen2"
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("prep", help="convert a data set into verl parquet files",
-                            description=__doc__,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser(sub, "prep", doc=__doc__,
+                            help="convert a data set into verl parquet files")
     parser.add_argument("source", choices=SOURCES, help="which kind of data set")
     parser.add_argument("--input", nargs="+", action="extend", default=[], metavar="PATH",
                         help="input files or folders (a folder: its train*/test* files)")

@@ -8,13 +8,11 @@ sample generations. Works on a finished, a running or a crashed run.
 
 from __future__ import annotations
 
-import argparse
+from thinkrl.commands.common import command_parser
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("report", help="draw a run's metrics as an HTML page",
-                            description=__doc__,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser(sub, "report", help="draw a run's metrics as an HTML page", doc=__doc__)
     parser.add_argument("run_dir", metavar="RUN_DIR",
                         help="the run directory (trainer.default_local_dir)")
     parser.add_argument("--out", metavar="DIR",

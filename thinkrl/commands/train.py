@@ -11,16 +11,14 @@ its fix (`--skip-doctor` starts anyway).
 
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
 
-from thinkrl.commands.common import console_log, load_run_config
+from thinkrl.commands.common import command_parser, console_log, load_run_config
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("train", help="run GRPO training", description=__doc__,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser(sub, "train", help="run GRPO training", doc=__doc__)
     parser.add_argument("--config", help="recipe YAML file or built-in recipe name (default: tiny)")
     parser.add_argument("--skip-doctor", action="store_true",
                         help="start even when a `thinkrl doctor` check fails (they are not run)")

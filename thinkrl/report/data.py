@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import yaml
 
+from thinkrl.generations import Generation
+
 GENERATION_KINDS = ("train", "val")
 
 
@@ -46,13 +48,7 @@ class SavedGeneration:
     kind: str
     """"train" or "val" (from the file name), "" when the name says neither."""
     step: int
-    data_source: str
-    prompt: str
-    response: str
-    ground_truth: str
-    score: float
-    response_length: int
-    finish_reason: str
+    generation: Generation
 
 
 def load_metrics(run_dir: Path) -> RunMetrics:
@@ -124,19 +120,27 @@ def load_generations(run_dir: Path, notes: list[str]) -> list[SavedGeneration]:
                 continue
             try:
                 record = json.loads(line)
-                found.append(SavedGeneration(
-                    kind=kind, step=int(record["step"]),
-                    data_source=str(record.get("data_source", "")),
-                    prompt=str(record.get("prompt", "")), response=str(record.get("response", "")),
-                    ground_truth=str(record.get("ground_truth", "")),
-                    score=_number(record.get("score")),
-                    response_length=int(record.get("response_length") or 0),
-                    finish_reason=str(record.get("finish_reason", ""))))
+                found.append(SavedGeneration(kind=kind, step=int(record["step"]),
+                                             generation=_lenient_generation(record)))
             except (ValueError, KeyError, TypeError):
                 bad += 1
         if bad:
             notes.append(f"generations/{path.name}: skipped {bad} unreadable line(s)")
     return found
+
+
+def _lenient_generation(record: dict) -> Generation:
+    """A saved line as a Generation, missing fields filled in (older or
+    hand-edited files still render)."""
+    accuracy = record.get("accuracy")
+    return Generation(
+        data_source=str(record.get("data_source", "")), prompt=str(record.get("prompt", "")),
+        response=str(record.get("response", "")),
+        ground_truth=str(record.get("ground_truth", "")), score=_number(record.get("score")),
+        response_length=int(record.get("response_length") or 0),
+        finish_reason=str(record.get("finish_reason", "")),
+        prompt_index=int(record.get("prompt_index") or 0), row=int(record.get("row") or 0),
+        accuracy=None if accuracy is None else _number(accuracy))
 
 
 def _number(value: Any) -> float:

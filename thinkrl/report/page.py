@@ -121,7 +121,7 @@ def _generations(generations: list[SavedGeneration]) -> str:
     for (step, kind), items in groups[:GENERATION_STEPS_SHOWN]:
         label = {"train": "training", "val": "validation"}.get(kind, kind or "saved")
         parts.append(f"<h3>Step {step}, {label} ({len(items)} saved)</h3>")
-        for g in items[:GENERATIONS_PER_STEP]:
+        for g in (saved.generation for saved in items[:GENERATIONS_PER_STEP]):
             parts.append(
                 f"<details open><summary>score {_show(g.score)} · {g.response_length} tokens · "
                 f"{escape(g.finish_reason)} · {escape(g.data_source)} · expected "
