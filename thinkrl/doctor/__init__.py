@@ -29,4 +29,9 @@ def all_checks(families: tuple[str, ...] = FAMILIES) -> list[Check]:
 
 def diagnose(cfg, *, log=lambda _msg: None, families: tuple[str, ...] = FAMILIES) -> list[CheckResult]:
     """Run every check of `families` on the run `cfg`; never raises."""
-    return run_checks(DoctorContext(cfg, log=log), all_checks(families))
+    ctx = DoctorContext(cfg, log=log)
+    try:  # a built-in model is built here the first time, not inside a timed check
+        ctx.model_path
+    except NotChecked:
+        pass  # model/config reports it
+    return run_checks(ctx, all_checks(families))
