@@ -7,10 +7,11 @@ the driver (`thinkrl.trainer`) only ever sees a run that can start.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 import yaml
@@ -20,19 +21,23 @@ from thinkrl.algos.advantages import get_advantage_estimator
 from thinkrl.algos.kl_control import KLController
 from thinkrl.checkpoint.resume import checkpoint_to_resume
 from thinkrl.checkpoint.state import Progress, load_checkpoint
-from thinkrl.config import Config, DerivedSizes, inactive_settings, validate
+from thinkrl.config import Config, DerivedSizes, execution_backend, inactive_settings, validate
 from thinkrl.config.loading import config_to_dict
 from thinkrl.data.dataset import Prompt, PromptLoader, load_prompts
 from thinkrl.errors import SetupError
 from thinkrl.metrics import MetricsLog
-from thinkrl.models.loading import eos_token_ids, load_causal_lm, load_tokenizer
-from thinkrl.parallel.device import autocast, compute_dtype, resolve_device, synchronizer
+from thinkrl.models.loading import eos_token_ids, load_generation_config, load_tokenizer
+from thinkrl.parallel.device import synchronizer
 from thinkrl.rewards.scorer import RewardScorer
 from thinkrl.rewards.watch import ZeroRewardWatch
-from thinkrl.rollout.base import SamplingParams
+from thinkrl.rollout.base import RolloutEngine, SamplingParams
 from thinkrl.rollout.native import NativeEngine
-from thinkrl.workers.actor import ActorWorker
-from thinkrl.workers.reference import ReferenceWorker
+from thinkrl.workers.policy_rank import PolicyRank, RankSpec
+
+if TYPE_CHECKING:
+    from thinkrl.workers.actor import ActorWorker
+    from thinkrl.workers.ray_group import ActorHandle, ReferenceHandle
+    from thinkrl.workers.reference import ReferenceWorker
 
 
 @dataclass
@@ -43,9 +48,11 @@ class Run:
     model_path: str
     """actor_rollout_ref.model.path with `builtin:` names resolved to folders."""
     tokenizer: object
-    actor: ActorWorker
-    reference: ReferenceWorker | None
-    engine: NativeEngine
+    actor: ActorWorker | ActorHandle
+    """The policy and its update: the plain role (local) or a handle that
+    fans out to the ranks of a Ray worker group (ray)."""
+    reference: ReferenceWorker | ReferenceHandle | None
+    engine: RolloutEngine
     train_loader: PromptLoader
     val_prompts: list[Prompt]
     reward: RewardScorer
@@ -75,48 +82,22 @@ class Run:
         return self.sizes.optimizer_steps_per_step == 1
 
 
-def check_backend(cfg: Config, sizes: DerivedSizes) -> None:
-    if cfg.trainer.backend == "ray":
-        raise SetupError("trainer.backend=ray is not implemented in this release",
-                         "use trainer.backend=local (one process, one device)")
-    if sizes.world_size != 1:
-        raise SetupError(
-            f"trainer.n_gpus_per_node={cfg.trainer.n_gpus_per_node} x trainer.nnodes="
-            f"{cfg.trainer.nnodes} asks for {sizes.world_size} devices, but the local backend "
-            "drives one device",
-            "set trainer.n_gpus_per_node=1 trainer.nnodes=1 (multi-device training through "
-            "Ray and FSDP2 comes in a later release)")
+def check_backend(cfg: Config) -> None:
+    if execution_backend(cfg) == "ray" and importlib.util.find_spec("ray") is None:
+        raise SetupError(f"trainer.backend=ray ({cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes} "
+                         "devices) needs Ray, which is not installed",
+                         "pip install 'thinkrl[ray]' (or use one device: trainer.n_gpus_per_node=1)")
     if cfg.actor_rollout_ref.rollout.name != "native":
         raise SetupError(f"actor_rollout_ref.rollout.name={cfg.actor_rollout_ref.rollout.name} "
                          "is not available in this release", "use rollout.name=native")
 
 
-def check_model_fits(model, tokenizer, sizes: DerivedSizes, *, model_path: str) -> None:
-    """The tokenizer's ids and the run's sequence length must fit the model:
-    otherwise the first forward pass fails with an index error deep inside."""
-    vocab = model.get_input_embeddings().num_embeddings
-    if len(tokenizer) > vocab:
-        raise SetupError(
-            f"the tokenizer has {len(tokenizer)} tokens but the model {model_path} embeds only "
-            f"{vocab}: they do not belong together",
-            "point actor_rollout_ref.model.tokenizer_path (or data.tokenizer) at the model's "
-            "own tokenizer")
-    limit = getattr(model.config, "max_position_embeddings", None)
-    needed = sizes.prompt_length + sizes.response_length
-    if limit is not None and needed > limit:
-        raise SetupError(
-            f"data.max_prompt_length {sizes.prompt_length} + data.max_response_length "
-            f"{sizes.response_length} = {needed} tokens exceed the model's "
-            f"max_position_embeddings {limit} ({model_path})", "lower one of them")
-
-
 def build_run(cfg: Config, *, log=print) -> Run:
     sizes = validate(cfg)
-    check_backend(cfg, sizes)
+    check_backend(cfg)
     for note in inactive_settings(cfg):
         log(f"note: {note}")
     arr = cfg.actor_rollout_ref
-    device = resolve_device(cfg.trainer.device)
     torch.manual_seed(cfg.trainer.seed)
 
     if arr.model.external_lib:  # registers custom architectures with transformers
@@ -140,27 +121,14 @@ def build_run(cfg: Config, *, log=print) -> Run:
                                 shuffle=data.shuffle, seed=data.seed,
                                 pad_token_id=tokenizer.pad_token_id)
     total_steps = total_training_steps(cfg, batches_per_epoch=train_loader.batches_per_epoch)
-    arr.actor.optim.total_training_steps = total_steps
 
-    mixed_precision = autocast(device, compute_dtype(device, arr.model.dtype))
-    model = load_causal_lm(model_path, dtype=torch.float32, device=device,
-                           trust_remote_code=arr.model.trust_remote_code,
-                           override_config=arr.model.override_config,
-                           gradient_checkpointing=arr.model.enable_gradient_checkpointing)
-    check_model_fits(model, tokenizer, sizes, model_path=model_path)
+    spec = RankSpec(cfg=cfg, sizes=sizes, model_path=model_path, total_steps=total_steps,
+                    eos_token_ids=tuple(eos_token_ids(tokenizer, load_generation_config(
+                        model_path, arr.model.trust_remote_code))),
+                    pad_token_id=tokenizer.pad_token_id, tokenizer_size=len(tokenizer),
+                    with_reference=arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward)
+    actor, reference, engine, sync = build_roles(spec, log=log)
     rollout = arr.rollout
-    actor = ActorWorker(model, arr.actor, total_steps=total_steps,
-                        micro_batch_size=sizes.micro_batch_size_per_device,
-                        log_prob_micro_batch_size=sizes.log_prob_micro_batch_size_per_device,
-                        temperature=rollout.temperature,
-                        max_response_length=sizes.response_length, seed=cfg.trainer.seed,
-                        autocast=mixed_precision)
-    reference = None
-    if arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward:
-        reference = ReferenceWorker.frozen_copy_of(
-            model, micro_batch_size=sizes.ref_log_prob_micro_batch_size_per_device,
-            temperature=rollout.temperature, autocast=mixed_precision)
-    engine = native_engine(cfg, model, tokenizer, autocast=mixed_precision)
     sampling = SamplingParams(n=rollout.n, max_tokens=sizes.response_length,
                               temperature=rollout.temperature, top_p=rollout.top_p,
                               top_k=rollout.top_k, do_sample=rollout.do_sample,
@@ -181,7 +149,7 @@ def build_run(cfg: Config, *, log=print) -> Run:
               advantage_fn=get_advantage_estimator(cfg.algorithm.adv_estimator),
               sampling=sampling, val_sampling=val_sampling, total_steps=total_steps,
               metrics_log=metrics_log,
-              kl_controller=_kl_controller(cfg), sync=synchronizer(device))
+              kl_controller=_kl_controller(cfg), sync=sync)
     try:
         if resume_from is not None:  # after the reference copied the *initial* weights
             run.progress = load_checkpoint(run, resume_from, log=log)
@@ -194,6 +162,18 @@ def build_run(cfg: Config, *, log=print) -> Run:
         run.close()
         raise
     return run
+
+
+def build_roles(spec: RankSpec, *, log=print):
+    """(actor, reference or None, engine, sync): the plain roles of one
+    PolicyRank in this process (local backend), or the driver-side handles
+    of a Ray worker group with one rank per device (ray backend)."""
+    if execution_backend(spec.cfg) == "local":
+        rank = PolicyRank(spec)
+        return rank.actor, rank.reference, rank.engine, synchronizer(rank.device)
+    from thinkrl.workers.ray_group import RayWorkerGroup
+    group = RayWorkerGroup.start(spec, log=log)
+    return group.actor, group.reference, group.engine, lambda: None
 
 
 def total_training_steps(cfg: Config, *, batches_per_epoch: int) -> int:
@@ -231,7 +211,7 @@ def prompt_set(cfg: Config, tokenizer, *, files, key: str, template: str, log=pr
 
 def native_engine(cfg: Config, model, tokenizer, *, autocast) -> NativeEngine:
     """The rollout engine; its sampling seed derives from trainer.seed and rollout.seed."""
-    return NativeEngine(model, eos_token_ids=eos_token_ids(tokenizer, model),
+    return NativeEngine(model, eos_token_ids=eos_token_ids(tokenizer, model.generation_config),
                         pad_token_id=tokenizer.pad_token_id,
                         seed=cfg.trainer.seed * 1000 + cfg.actor_rollout_ref.rollout.seed,
                         autocast=autocast)

@@ -123,7 +123,7 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
             actor_metrics = run.actor.update_policy(
                 batch, mini_batch_size=run.sizes.responses_per_mini_batch)
         with timer("update_weights"):
-            run.engine.update_weights(run.actor.model.named_parameters())
+            run.engine.update_weights(run.actor.weights())
     metrics = {**actor_metrics, **kl_metrics, **timer.metrics(),
                **rollout_metrics(rollouts, scores=scored.scores, rewards=rewards,
                                  advantages=advantages),

@@ -166,7 +166,7 @@ def test_resume_path_needs_a_path() -> None:
 def test_inactive_settings_only_for_changed_values() -> None:
     assert inactive_settings(load_config(None, SMALL)) == []
     notes = inactive_settings(load_config(None, [
-        *SMALL, f"{ARR}.rollout.enforce_eager=True", f"{ARR}.rollout.gpu_memory_utilization=0.9",
+        *SMALL, "trainer.n_gpus_per_node=1", f"{ARR}.rollout.enforce_eager=True", f"{ARR}.rollout.gpu_memory_utilization=0.9",
         f"{ARR}.actor.fsdp_config.param_offload=True", "data.dataloader_num_workers=2",
         f"{ARR}.actor.kl_loss_coef=0.1", f"{ARR}.actor.use_torch_compile=False",
     ]))
@@ -176,6 +176,11 @@ def test_inactive_settings_only_for_changed_values() -> None:
     assert f"{ARR}.actor.fsdp_config.param_offload=True" in joined and "backend=local" in joined
     assert "data.dataloader_num_workers=2" in joined
     assert "use_kl_loss is False" in joined
+    # on two devices (the ray backend, FSDP2) the offload is live, the layout knobs are not
+    sharded = inactive_settings(load_config(None, [
+        *SMALL, "trainer.device=cuda", f"{ARR}.actor.fsdp_config.param_offload=True",
+        f"{ARR}.actor.fsdp_config.fsdp_size=2"]))
+    assert len(sharded) == 1 and f"{ARR}.actor.fsdp_config.fsdp_size=2" in sharded[0]
     # with vLLM selected, its own settings are live
     vllm = load_config(None, [*SMALL, f"{ARR}.rollout.name=vllm", f"{ARR}.rollout.enforce_eager=True"])
     assert inactive_settings(vllm) == []

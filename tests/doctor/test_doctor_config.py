@@ -55,17 +55,17 @@ def test_fsdp_size_must_divide_the_devices():
 
 def test_backend_rows_reuse_the_builds_message():
     from thinkrl.build import check_backend as build_check_backend
-    from thinkrl.config import validate
-
-    ctx = context("trainer.backend=ray")
+    ctx = context("actor_rollout_ref.rollout.name=vllm")
     [row] = [check_backend(ctx)]
     assert row.status == "fail"
     try:
-        build_check_backend(ctx.cfg, validate(ctx.cfg))
+        build_check_backend(ctx.cfg)
     except ValueError as err:
         assert str(err).startswith(row.found) and row.fix in str(err)
     # checked even when the batch sizes are broken too
-    assert check_backend(context("trainer.backend=ray", "data.train_batch_size=30")).status == "fail"
+    broken = context("actor_rollout_ref.rollout.name=vllm", "data.train_batch_size=30")
+    assert check_backend(broken).status == "fail"
+    assert check_backend(context("trainer.n_gpus_per_node=2")).status == "ok"
 
 
 def test_rollout_tp_larger_than_a_node_fails():

@@ -18,7 +18,7 @@ def test_loads_the_tiny_model_folder_and_disables_dropout(tiny_model_dir, tmp_pa
     assert all(m.attention_dropout == 0.0 for m in loaded.modules() if hasattr(m, "attention_dropout"))
     tokenizer = load_tokenizer(str(tiny_model_dir))
     assert tokenizer.pad_token_id is not None and tokenizer.chat_template
-    assert tokenizer.eos_token_id in eos_token_ids(tokenizer, loaded)
+    assert tokenizer.eos_token_id in eos_token_ids(tokenizer, loaded.generation_config)
 
 
 def test_missing_folder_is_a_clear_error(tmp_path):

@@ -33,12 +33,11 @@ from pathlib import Path
 import torch
 import yaml
 
+from thinkrl.checkpoint.sharded import ACTOR_DIR, OPTIMIZER_FILE  # noqa: F401 (re-exported)
 from thinkrl.checkpoint.store import MARKER, atomic_checkpoint, rotate, step_of
 from thinkrl.config.loading import config_to_dict
 
 FORMAT = 1
-ACTOR_DIR = "actor"
-OPTIMIZER_FILE = "optimizer.pt"
 TRAINER_STATE_FILE = "trainer_state.pt"
 CONFIG_FILE = "config.yaml"
 # Keys that say where the run lives and what it resumes from: they may differ
@@ -83,9 +82,8 @@ def save_checkpoint(run, progress: Progress, *, log=print) -> Path:
             "config_sha256": config_digest(run.cfg)}
     actor_state = run.actor.state_dict()
     with atomic_checkpoint(run.run_dir, progress.step, meta) as tmp:
-        run.actor.model.save_pretrained(tmp / ACTOR_DIR)
+        run.actor.save(tmp)  # weights and optimizer, whole or sharded (checkpoint.sharded)
         run.tokenizer.save_pretrained(tmp / ACTOR_DIR)
-        torch.save(actor_state.pop("optimizer"), tmp / OPTIMIZER_FILE)
         torch.save(_trainer_state(run, progress, actor_state), tmp / TRAINER_STATE_FILE)
         with (tmp / CONFIG_FILE).open("w") as f:
             yaml.safe_dump(config_to_dict(run.cfg), f, sort_keys=False)
@@ -116,12 +114,9 @@ def load_checkpoint(run, folder: Path, *, log=print) -> Progress:
         raise ValueError(f"{folder}: checkpoint format {meta.get('format')} is not the format "
                          f"{FORMAT} this thinkrl ({thinkrl_version()}) reads")
     _note_config_changes(run.cfg, folder, meta, log=log)
-    # Read everything before changing anything: a bad file leaves the run as built.
-    optimizer = torch.load(folder / OPTIMIZER_FILE, map_location="cpu", weights_only=True)
     state = torch.load(folder / TRAINER_STATE_FILE, map_location="cpu", weights_only=True)
-    load_weights(run.actor.model, folder / ACTOR_DIR)
-    run.engine.update_weights(run.actor.model.named_parameters())  # no-op when shared
-    run.actor.load_state_dict({**state["actor"], "optimizer": optimizer})
+    run.actor.load(folder)  # weights and optimizer, either layout, read before set
+    run.actor.load_state_dict(state["actor"])
     run.engine.set_generator_state(state["engine_generator"])
     run.train_loader.load_state_dict(state["loader"])
     if run.kl_controller is not None and state["kl_controller"] is not None:
@@ -161,16 +156,26 @@ def weight_files(folder: Path) -> list[Path]:
 
 
 def load_weights(model: torch.nn.Module, folder: Path) -> None:
-    """Copy the saved tensors into `model`'s parameters in place (the
-    optimizer keeps pointing at them). A key missing from the file is
-    accepted only when its tensor is tied to one that was loaded (an LM head
-    sharing the embedding)."""
+    """Copy the saved tensors of the Hugging Face folder `folder` into
+    `model`'s parameters in place (the optimizer keeps pointing at them)."""
+    copy_weights(model, read_weights(model, folder), folder)
+
+
+def read_weights(model: torch.nn.Module, folder: Path) -> dict[str, torch.Tensor]:
+    """The tensors of the Hugging Face folder `folder`, on `model`'s device."""
     from safetensors.torch import load_file
 
     device = next(model.parameters()).device
     tensors: dict[str, torch.Tensor] = {}
     for path in weight_files(folder):
         tensors.update(load_file(path, device=str(device)))
+    return tensors
+
+
+def copy_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor], folder: Path) -> None:
+    """Copy `tensors` (read from `folder`) into `model` in place. A key missing
+    from them is accepted only when its tensor is tied to one that was loaded
+    (an LM head sharing the embedding)."""
     missing, unexpected = model.load_state_dict(tensors, strict=False)
     current = model.state_dict()
     loaded = {current[k].data_ptr() for k in tensors if k in current}

@@ -114,7 +114,8 @@ def run_eval(cfg, *, log=print):
 
     import torch
 
-    from thinkrl.build import (check_model_fits, native_engine, prompt_set, run_tokenizer,
+    from thinkrl.models.loading import check_model_fits
+    from thinkrl.build import (native_engine, prompt_set, run_tokenizer,
                                val_batch_size, validation_sampling)
     from thinkrl.config.checks import derive_sizes
     from thinkrl.evaluation import evaluate
@@ -145,7 +146,7 @@ def run_eval(cfg, *, log=print):
         raise ValueError(f"the longest prompt ({longest} tokens) + --max-new-tokens "
                          f"{sizes.response_length} exceed the model's max_position_embeddings "
                          f"{limit} ({model_path}); lower --max-new-tokens")
-    check_model_fits(model, tokenizer, replace(sizes, prompt_length=longest),
+    check_model_fits(model, len(tokenizer), replace(sizes, prompt_length=longest),
                      model_path=model_path)
     mixed_precision = autocast(device, compute_dtype(device, arr.model.dtype))
     engine = native_engine(cfg, model, tokenizer, autocast=mixed_precision)

@@ -1,7 +1,7 @@
 """Run configuration: typed dataclasses with verl's keys, YAML recipes, overrides, checks."""
 
-from thinkrl.config.checks import DerivedSizes, inactive_settings, validate
+from thinkrl.config.checks import DerivedSizes, execution_backend, inactive_settings, validate
 from thinkrl.config.loading import config_to_dict, flatten_keys, load_config
 from thinkrl.config.schema import Config
 
-__all__ = ["Config", "DerivedSizes", "config_to_dict", "flatten_keys", "inactive_settings", "load_config", "validate"]
+__all__ = ["Config", "DerivedSizes", "execution_backend", "config_to_dict", "flatten_keys", "inactive_settings", "load_config", "validate"]

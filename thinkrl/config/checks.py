@@ -43,7 +43,8 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "data.template": TEMPLATES,
     "trainer.resume_mode": ("auto", "disable", "resume_path"),
     "trainer.device": ("auto", "cpu", "cuda", "npu"),
-    "trainer.backend": ("local", "ray"),
+    "trainer.backend": ("auto", "local", "ray"),
+    "trainer.dist_init_method": ("auto", "file", "tcp"),
     "reward.scorer": REWARD_SCORERS,
 }
 _POSITIVE = (
@@ -85,6 +86,7 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "algorithm.kl_ctrl.kl_coef": (lambda v: v >= 0, "use a coefficient >= 0, e.g. 0.001"),
     "trainer.log_val_generations": (lambda v: v >= 0, "use a count >= 0"),
     "reward.timeout_s": (lambda v: 0 < v < float("inf"), "use seconds per response > 0, e.g. 10"),
+    "trainer.ray_wait_timeout_s": (lambda v: 0 < v < float("inf"), "use seconds > 0, e.g. 1800"),
     "reward.num_workers": (lambda v: v >= 0, "use 0 (score in the trainer process) or a worker count, e.g. 2"),
     "reward.zero_reward_warn_steps": (lambda v: v >= 0, "use a step count >= 0 (0 never warns)"),
     "reward.format_score": (lambda v: abs(v) < float("inf"), "use a finite score, e.g. 0.0 or 0.1"),
@@ -236,11 +238,21 @@ def _check_combinations(cfg: Config, bad: Callable[[str, str], None], problems: 
             f"{cfg.reward.scorer}: the custom function scores every row, so reward.scorer would be "
             "ignored; remove one of them")
     world = cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes
+    if cfg.trainer.backend == "local" and world > 1:
+        bad("trainer.backend", f"the local backend drives one device, but trainer.n_gpus_per_node x "
+            f"trainer.nnodes = {world}; use trainer.backend=ray (or auto), or one device")
     tp = arr.rollout.tensor_model_parallel_size
     if arr.rollout.name != "native" and tp >= 1 and world >= 1 and world % tp:
         bad(f"{_ARR}.rollout.tensor_model_parallel_size",
             f"must divide the device count {world} (trainer.n_gpus_per_node x trainer.nnodes); "
             f"use one of {', '.join(map(str, _divisors(world)))}")
+
+
+def execution_backend(cfg: Config) -> str:
+    """trainer.backend with "auto" resolved: local for one device, ray for more."""
+    if cfg.trainer.backend != "auto":
+        return cfg.trainer.backend
+    return "ray" if cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes > 1 else "local"
 
 
 def _check_divisibility(cfg: Config, problems: list[str]) -> None:
@@ -358,10 +370,18 @@ def inactive_settings(cfg: Config) -> list[str]:
             "engine_kwargs", "tensor_model_parallel_size", "pipeline_model_parallel_size", "max_num_batched_tokens",
             "max_model_len", "max_num_seqs", "load_format", "disable_log_stats", "dtype",
         )), "it configures vLLM/SGLang and rollout.name=native")
-    if cfg.trainer.backend == "local":
+    if execution_backend(cfg) == "local":
         note(tuple(f"{_ARR}.{role}.fsdp_config.{k}" for role in ("actor", "ref") for k in fsdp)
              + (f"{_ARR}.actor.strategy", f"{_ARR}.nccl_timeout"),
              "trainer.backend=local runs in one process without FSDP sharding")
+    else:
+        note(tuple(f"{_ARR}.{role}.fsdp_config.{k}" for role in ("actor", "ref")
+                   for k in ("fsdp_size", "forward_prefetch", "wrap_policy", "reshard_after_forward")),
+             "thinkrl shards each decoder layer, then the root, over all devices (FSDP2)")
+        if cfg.trainer.device == "cpu":
+            note(tuple(f"{_ARR}.{role}.fsdp_config.{k}" for role in ("actor", "ref")
+                       for k in ("param_offload", "optimizer_offload", "offload_policy")),
+                 "the model is in host memory already (trainer.device=cpu)")
     note((f"{_ARR}.model.use_remove_padding",), "thinkrl handles padding in its own log-prob code")
     note((f"{_ARR}.actor.use_torch_compile", f"{_ARR}.ref.use_torch_compile"), "thinkrl does not use torch.compile")
     note(("data.image_key", "data.video_key"), "prompts are text-only; image and video columns are not read")

@@ -369,8 +369,23 @@ class TrainerConfig:
     """Devices per machine (processes per machine on CPU)."""
     device: str = "auto"
     """"auto", "cpu", "cuda" or "npu"."""
-    backend: str = "local"
-    """thinkrl: "local" (roles in this process) or "ray" (one Ray actor per device)."""
+    backend: str = "auto"
+    """thinkrl: "local" (roles in this process), "ray" (one Ray actor per device,
+    FSDP2-sharded models) or "auto": local for one device, ray for more."""
+    ray_address: str | None = None
+    """thinkrl: a running Ray cluster to join ("auto", or "HOST:PORT"); None joins
+    the one RAY_ADDRESS names, else starts a local cluster bound to 127.0.0.1."""
+    ray_tmpdir: str | None = None
+    """thinkrl: Ray's session, log and object-spill files (a large disk); None
+    uses RAY_TMPDIR, else Ray's default (/tmp/ray)."""
+    ray_wait_timeout_s: float = 1800.0
+    """thinkrl: the longest wait for one stage on the Ray workers (loading a
+    model included); past it the run stops naming the ranks still busy."""
+    dist_init_method: str = "auto"
+    """thinkrl: how ranks meet for torch.distributed: "file" (a file in the run
+    directory; one node, or nodes sharing that disk; nothing listens on the
+    network), "tcp" (a store on rank 0's node address, for several nodes) or
+    "auto" (file on one node, tcp on several)."""
     save_freq: int = -1
     """Checkpoint every this many steps and at the last step; <= 0 disables."""
     test_freq: int = -1

@@ -7,7 +7,6 @@ messages into rows, so a rule and its wording exist once.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 
 from thinkrl.doctor.core import CheckResult, DoctorContext, NotChecked, fail, ok, warn
 from thinkrl.doctor.shards import read_sharded_layout
@@ -41,16 +40,16 @@ def check_backend(ctx: DoctorContext) -> CheckResult:
     """What this release can run: the same function `build_run` calls."""
     from thinkrl.build import check_backend as build_check_backend
 
+    from thinkrl.config import execution_backend
+
     trainer = ctx.cfg.trainer
-    # It reads only the device count from the sizes: pass just that, so this
-    # row is checked even when the batch sizes are broken.
-    devices = SimpleNamespace(world_size=trainer.n_gpus_per_node * trainer.nnodes)
     try:
-        build_check_backend(ctx.cfg, devices)
+        build_check_backend(ctx.cfg)
     except ValueError as err:
         return fail("config/backend", *problem_and_fix(err))
-    return ok("config/backend", f"trainer.backend={ctx.cfg.trainer.backend}, "
-              f"rollout.name={ctx.cfg.actor_rollout_ref.rollout.name}, one device")
+    devices = trainer.n_gpus_per_node * trainer.nnodes
+    return ok("config/backend", f"trainer.backend={execution_backend(ctx.cfg)}, "
+              f"rollout.name={ctx.cfg.actor_rollout_ref.rollout.name}, {devices} device(s)")
 
 
 def check_devices(ctx: DoctorContext) -> CheckResult:

@@ -16,6 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from thinkrl.config import execution_backend
 from thinkrl.doctor.core import CheckResult, DoctorContext, NotChecked, fail, gib, ok, warn
 
 BYTES_PER_PARAM_CHECKPOINT = 4 + 8
@@ -56,11 +57,13 @@ def locations(ctx: DoctorContext) -> list[Location]:
     found = [_checkpoints(ctx),
              Location("tmp", Path(env.get("TMPDIR") or tempfile.gettempdir()), TMP_FLOOR, "scratch files",
                       "export TMPDIR=/big/disk/tmp (and TEMP, TMP) before starting")]
-    if cfg.trainer.backend == "ray":
-        ray_tmp = Path(env.get("RAY_TMPDIR") or "/tmp/ray")
+    if execution_backend(cfg) == "ray":
+        ray_tmp = Path(cfg.trainer.ray_tmpdir or env.get("RAY_TMPDIR") or "/tmp/ray").expanduser()
         found.append(Location("ray-temp", ray_tmp, RAY_FLOOR, "Ray session files and spilled objects",
-                              "export RAY_TMPDIR=/big/disk/ray_tmp (Ray's temp dir and default spill dir); "
-                              "spill elsewhere with ray start --object-spilling-directory=/big/disk/ray_spill"))
+                              "set trainer.ray_tmpdir=/big/disk/ray_tmp (or export RAY_TMPDIR): "
+                              "Ray's session files and spilled objects go there; a cluster you "
+                              "join was started with ray start --temp-dir=... "
+                              "--object-spilling-directory=..."))
     from thinkrl import builtin
 
     model_path, data_specs = cfg.actor_rollout_ref.model.path, [cfg.data.train_files, cfg.data.val_files]

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from thinkrl.config import execution_backend
 from thinkrl.doctor.core import CheckResult, DoctorContext, NotChecked, fail, gib, ok, warn
 
 WARN_FRACTION = 0.85
@@ -95,7 +96,7 @@ def estimate_memory(ctx: DoctorContext) -> MemoryEstimate:
     accelerator = ctx.device_kind != "cpu"
     dtype = cfg.actor_rollout_ref.model.dtype
     c = 4 if dtype == "float32" or (dtype == "auto" and not accelerator) else 2
-    shards = sizes.world_size if cfg.trainer.backend == "ray" else 1
+    shards = sizes.world_size if execution_backend(cfg) == "ray" else 1
     arr = cfg.actor_rollout_ref
 
     b, s = sizes.micro_batch_size_per_device, sizes.prompt_length + sizes.response_length
@@ -175,7 +176,7 @@ def check_host(ctx: DoctorContext) -> CheckResult:
     cfg, params = ctx.cfg, ctx.param_count
     arr = cfg.actor_rollout_ref
     need, parts = 4 * params, [f"loading {gib(4 * params)}"]
-    if cfg.trainer.backend == "ray":  # this node holds its devices' shards: 1/nnodes of each
+    if execution_backend(cfg) == "ray":  # this node holds its devices' shards: 1/nnodes of each
         on_node = params // cfg.trainer.nnodes
         offloaded = {"actor weights": (arr.actor.fsdp_config.param_offload, 4 * on_node),
                      "AdamW": (arr.actor.fsdp_config.optimizer_offload, 8 * on_node),

@@ -182,14 +182,14 @@ def check_special_tokens(ctx: DoctorContext) -> CheckResult:
 def check_fits(ctx: DoctorContext) -> CheckResult:
     """Tokenizer ids and sequence length fit the model: the rule of
     `thinkrl.build.check_model_fits`, applied to the config instead of loaded weights."""
-    from thinkrl.build import check_model_fits
+    from thinkrl.models.loading import check_model_fits
 
     config, tok, sizes = ctx.model_config, ctx.tokenizer, ctx.sizes
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     embeddings = SimpleNamespace(num_embeddings=text.vocab_size)
     shell = SimpleNamespace(get_input_embeddings=lambda: embeddings, config=text)
     try:
-        check_model_fits(shell, tok, sizes, model_path=ctx.model_path)
+        check_model_fits(shell, len(tok), sizes, model_path=ctx.model_path)
     except ValueError as err:
         return fail("model/fits", *problem_and_fix(err))
     limit = getattr(text, "max_position_embeddings", None)

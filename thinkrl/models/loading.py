@@ -6,6 +6,9 @@ from pathlib import Path
 
 import torch
 
+from thinkrl.errors import SetupError
+
+
 def _explain(path: str, what: str, err: Exception) -> ValueError:
     local = Path(path).expanduser()
     if local.exists():
@@ -60,12 +63,22 @@ def load_causal_lm(path: str, *, dtype: torch.dtype, device: torch.device,
     return model.to(device)
 
 
-def eos_token_ids(tokenizer, model) -> list[int]:
+def load_generation_config(path: str, trust_remote_code: bool = False):
+    """The model folder's generation_config.json, or None when it has none."""
+    from transformers import GenerationConfig
+
+    try:
+        return GenerationConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError):
+        return None
+
+
+def eos_token_ids(tokenizer, generation_config) -> list[int]:
     """Every id that ends a response: the tokenizer's EOS and the model's
     generation config EOS (Qwen2.5 instruct ends turns with <|im_end|> but
     lists <|endoftext|> too)."""
     ids = {tokenizer.eos_token_id}
-    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    gen_eos = getattr(generation_config, "eos_token_id", None)
     ids.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
     return sorted(i for i in ids if i is not None)
 
@@ -81,3 +94,23 @@ def disable_dropout(model: torch.nn.Module) -> None:
         # transformers' attention layers apply their dropout functionally
         if isinstance(getattr(module, "attention_dropout", None), float):
             module.attention_dropout = 0.0
+
+
+def check_model_fits(model, tokenizer_size: int, sizes, *, model_path: str) -> None:
+    """The tokenizer's ids (`tokenizer_size` = len(tokenizer)) and the run's
+    sequence length must fit the model: otherwise the first forward pass
+    fails with an index error deep inside."""
+    vocab = model.get_input_embeddings().num_embeddings
+    if tokenizer_size > vocab:
+        raise SetupError(
+            f"the tokenizer has {tokenizer_size} tokens but the model {model_path} embeds only "
+            f"{vocab}: they do not belong together",
+            "point actor_rollout_ref.model.tokenizer_path (or data.tokenizer) at the model's "
+            "own tokenizer")
+    limit = getattr(model.config, "max_position_embeddings", None)
+    needed = sizes.prompt_length + sizes.response_length
+    if limit is not None and needed > limit:
+        raise SetupError(
+            f"data.max_prompt_length {sizes.prompt_length} + data.max_response_length "
+            f"{sizes.response_length} = {needed} tokens exceed the model's "
+            f"max_position_embeddings {limit} ({model_path})", "lower one of them")

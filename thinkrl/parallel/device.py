@@ -77,3 +77,37 @@ def peak_memory_bytes(device: torch.device) -> tuple[int, str]:
         return torch.npu.max_memory_allocated(device), "torch.npu.max_memory_allocated"
     kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     return kib * 1024, "peak RSS of the process"
+
+
+def process_group_backend(device: torch.device) -> str:
+    """The torch.distributed backend for a device kind: gloo on the CPU, nccl
+    on CUDA, hccl on Ascend NPUs."""
+    return {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}[device.type]
+
+
+def ray_resource(device_name: str) -> str | None:
+    """The Ray resource one rank reserves besides a CPU: "GPU" for CUDA,
+    the custom resource "NPU" for Ascend, none on the CPU."""
+    return {"cuda": "GPU", "npu": "NPU"}.get(device_name)
+
+
+def local_accelerator_count(device_name: str) -> int:
+    """Accelerators of kind `device_name` visible to this process (0 for cpu)."""
+    if device_name == "cuda":
+        return torch.cuda.device_count()
+    if device_name == "npu":
+        return torch.npu.device_count() if _npu_available() else 0
+    return 0
+
+
+def bind_rank_device(device_name: str) -> torch.device:
+    """The device of one rank inside a worker: Ray makes exactly the reserved
+    accelerator visible, so it is device 0 of its kind."""
+    device = resolve_device(device_name)
+    if device.type == "cuda":
+        torch.cuda.set_device(0)
+        return torch.device("cuda", 0)
+    if device.type == "npu":
+        torch.npu.set_device(0)
+        return torch.device("npu", 0)
+    return device

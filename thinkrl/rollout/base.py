@@ -42,3 +42,10 @@ class RolloutEngine(Protocol):
     def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]]) -> None:
         """Load new policy weights (called after every actor update)."""
         ...
+
+    def generator_state(self) -> object:
+        """The sampling generator's state (tensors only), for checkpoints."""
+        ...
+
+    def set_generator_state(self, state: object) -> None:
+        ...

@@ -41,12 +41,18 @@ def filter_logits(logits: Tensor, *, top_k: int, top_p: float) -> Tensor:
 
 class NativeEngine:
     """Samples from `model` in place: when it is the actor's own module, the
-    actor's optimizer step is already the weight sync."""
+    actor's optimizer step is already the weight sync.
+
+    `gather` is entered once per `generate` call: for an FSDP2-sharded
+    module it gathers the full weights for the whole rollout (and frees them
+    after), so decoding never gathers per token."""
 
     def __init__(self, model: torch.nn.Module, *, eos_token_ids: list[int], pad_token_id: int,
                  seed: int = 0,
-                 autocast: Callable[[], ContextManager] = contextlib.nullcontext) -> None:
+                 autocast: Callable[[], ContextManager] = contextlib.nullcontext,
+                 gather: Callable[[], ContextManager] = contextlib.nullcontext) -> None:
         self.model = model
+        self.gather = gather
         self.eos_token_ids = torch.tensor(sorted(set(eos_token_ids)), dtype=torch.long)
         self.pad_token_id = pad_token_id
         self.autocast = autocast
@@ -78,7 +84,7 @@ class NativeEngine:
         was_training = self.model.training
         self.model.eval()
         try:
-            with self.autocast():
+            with self.gather(), self.autocast():
                 return self._generate(prompts, params)
         finally:
             self.model.train(was_training)
@@ -86,6 +92,8 @@ class NativeEngine:
     def _generate(self, prompts: PromptBatch, params: SamplingParams) -> Rollouts:
         from transformers import DynamicCache
 
+        if len(prompts) == 0:  # a rank with no share of a small batch still gathered above
+            return empty_rollouts(prompts)
         g, device = params.n, self.device
         prompt_ids = prompts.input_ids.repeat_interleave(g, dim=0)  # [N, P]
         prompt_mask = prompts.attention_mask.repeat_interleave(g, dim=0)  # [N, P]
@@ -150,3 +158,11 @@ class NativeEngine:
         is_eos = torch.isin(response_ids, self.eos_token_ids).long()
         after_eos = (is_eos.cumsum(-1) - is_eos) > 0  # strictly after the first EOS
         return (~after_eos).long()
+
+
+def empty_rollouts(prompts: PromptBatch) -> Rollouts:
+    """The responses to no prompts (the share of a rank that got none)."""
+    none = torch.zeros(0, 0, dtype=torch.long)
+    return Rollouts(prompt_ids=prompts.input_ids, prompt_mask=prompts.attention_mask,
+                    response_ids=none, response_mask=none, rollout_logprobs=none.float(),
+                    finish_reasons=[], group_ids=torch.zeros(0, dtype=torch.long), samples=[])

@@ -3,8 +3,10 @@
 `update_policy` is PPO's inner loop: ppo_epochs passes over the step's
 responses, each split into mini-batches (one optimizer step each) and those
 into micro-batches (gradient accumulation). Every loss term is normalised by
-a `LossScale` measured over the whole mini-batch, so the gradient does not
-depend on the micro-batch size.
+a `LossScale` measured over the whole mini-batch (across ranks too: see
+`thinkrl.workers.mini_batches`), so the gradient depends neither on the
+micro-batch size nor on the device count. With several ranks the driver
+plans the mini-batches and each rank runs `update_on` with its share.
 
 Shapes: N responses, P prompt tokens, R response tokens.
 """
@@ -13,16 +15,21 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Callable, ContextManager
+from pathlib import Path
+from typing import Callable, ContextManager, Iterable
 
 import torch
 from torch import Tensor
 
 from thinkrl.algos.kl import get_kl_estimator
 from thinkrl.algos.losses import LossScale, agg_loss, masked_share, ppo_clip_policy_loss
+from thinkrl.checkpoint.sharded import ACTOR_DIR, OPTIMIZER_FILE, load_actor_state
 from thinkrl.config.schema import ActorConfig, OptimConfig
 from thinkrl.models.forward import batched_response_logprobs, response_logprobs
+from thinkrl.parallel.distributed import sum_over_ranks
+from thinkrl.parallel.fsdp import full_tensor
 from thinkrl.records import TrainBatch
+from thinkrl.workers.mini_batches import MiniBatch, plan_mini_batches
 
 
 def make_lr_schedule(optimizer: torch.optim.Optimizer, cfg: OptimConfig, *, total_steps: int):
@@ -73,41 +80,60 @@ class ActorWorker:
             response_length=response_length, temperature=self.temperature,
             micro_batch_size=self.log_prob_micro_batch_size, autocast=self.autocast)
 
+    def weights(self) -> Iterable[tuple[str, Tensor]]:
+        """The policy's (name, tensor) pairs for the rollout engine: the live
+        parameters, so an engine sharing this module copies nothing."""
+        return self.model.named_parameters()
+
+    def plan(self, batch: TrainBatch, *, mini_batch_size: int) -> list[MiniBatch]:
+        """The step's mini-batches (ppo_epochs passes, shuffled when actor.shuffle)."""
+        return plan_mini_batches(batch, mini_batch_size=mini_batch_size,
+                                 epochs=self.cfg.ppo_epochs, shuffle=self.cfg.shuffle,
+                                 generator=self.shuffle_generator,
+                                 response_length=self.max_response_length)
+
     def update_policy(self, batch: TrainBatch, *, mini_batch_size: int) -> dict[str, float]:
         """PPO epochs over `batch` (N responses); `mini_batch_size` counts responses."""
+        return self.update_on(self.plan(batch, mini_batch_size=mini_batch_size))
+
+    def update_on(self, minis: list[MiniBatch]) -> dict[str, float]:
+        """One optimizer step per mini-batch (this rank's share of it), then
+        the LR schedule's step. Metrics are averaged over the mini-batches."""
         totals: dict[str, float] = {}
-        updates = 0
-        for _ in range(self.cfg.ppo_epochs):
-            order = (torch.randperm(len(batch), generator=self.shuffle_generator)
-                     if self.cfg.shuffle else torch.arange(len(batch)))
-            for start in range(0, len(batch), mini_batch_size):
-                metrics = self._train_mini_batch(batch.select(order[start:start + mini_batch_size]))
-                for key, value in metrics.items():
-                    totals[key] = totals.get(key, 0.0) + value
-                updates += 1
-        result = {key: value / updates for key, value in totals.items()}
+        for mini in minis:
+            for key, value in self._train_mini_batch(mini.batch, mini.scale).items():
+                totals[key] = totals.get(key, 0.0) + value
+        result = {key: value / len(minis) for key, value in totals.items()}
         result["actor/lr"] = self.scheduler.get_last_lr()[0]  # the rate this step used
         self.scheduler.step()
         if self.kl_estimator is not None:
             result["actor/kl_coef"] = self.cfg.kl_loss_coef
         return result
 
+    def save(self, folder: Path) -> None:
+        """Weights (a Hugging Face folder, folder/actor) and AdamW's state
+        (folder/optimizer.pt): the one-process layout of thinkrl.checkpoint.sharded."""
+        self.model.save_pretrained(folder / ACTOR_DIR)
+        torch.save(self.optimizer.state_dict(), folder / OPTIMIZER_FILE)
+
+    def load(self, folder: Path) -> None:
+        """Weights and optimizer state of a checkpoint in either layout. The
+        optimizer restores each group's lr as the schedule last set it;
+        `load_state_dict` then restores the schedule itself."""
+        load_actor_state(self.model, self.optimizer, folder)
+
     def state_dict(self) -> dict:
-        """The actor's state apart from its weights (saved as safetensors):
-        AdamW moments and step counts, the LR schedule's position and the
-        generator that shuffles mini-batches. Tensors and plain values only."""
-        return {"optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(),
+        """The actor's state apart from weights and optimizer (saved by
+        `save`): the LR schedule's position and the generator that shuffles
+        mini-batches. Tensors and plain values only."""
+        return {"scheduler": self.scheduler.state_dict(),
                 "shuffle_generator": self.shuffle_generator.get_state()}
 
     def load_state_dict(self, state: dict) -> None:
-        # The optimizer first: it restores each group's lr as the schedule last set it.
-        self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.shuffle_generator.set_state(state["shuffle_generator"])
 
-    def _train_mini_batch(self, mini: TrainBatch) -> dict[str, float]:
-        scale = LossScale.of(mini.response_mask, response_length=self.max_response_length)
+    def _train_mini_batch(self, mini: TrainBatch, scale: LossScale) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)
         metrics: dict[str, float] = {}
         for start in range(0, len(mini), self.micro_batch_size):
@@ -116,7 +142,10 @@ class ActorWorker:
             loss.backward()
             for key, value in micro_metrics.items():  # shares of the mini-batch: sum them
                 metrics[key] = metrics.get(key, 0.0) + value
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        metrics = sum_over_ranks(metrics)  # every rank's share of the mini-batch
+        # Over the whole model: with sharded parameters the norm is a DTensor.
+        grad_norm = full_tensor(
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip))
         if torch.isfinite(grad_norm):
             self.optimizer.step()
             metrics["actor/skipped_updates"] = 0.0

@@ -1,4 +1,7 @@
-"""The reference policy: a frozen copy of the initial model, used for the KL term."""
+"""The reference policy: the initial model, frozen, used for the KL term.
+
+It is loaded from the model path like the actor (never copied from the
+actor, which may already hold resumed weights) and may be sharded too."""
 
 from __future__ import annotations
 

@@ -1,0 +1,96 @@
+"""The actor's weights and optimizer in a checkpoint, sharded or whole.
+
+Two layouts of `global_step_N/`, both read by both backends:
+
+    actor/model.safetensors + optimizer.pt    one process (local backend): a
+                                              Hugging Face folder and AdamW's
+                                              state dict
+    actor_dcp/                                several ranks (ray backend):
+                                              torch.distributed.checkpoint, one
+                                              file per rank plus .metadata;
+                                              actor/ then holds config and
+                                              tokenizer only
+
+DCP reshards on load, so a checkpoint written by 2 ranks resumes on 1 or on
+4, and a local one resumes on several ranks (each rank takes its shard of
+the full tensors). Every rank calls these functions (they are collectives
+under a process group).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+ACTOR_DIR = "actor"
+DCP_DIR = "actor_dcp"
+OPTIMIZER_FILE = "optimizer.pt"
+
+
+def is_sharded_checkpoint(folder: Path) -> bool:
+    return (folder / DCP_DIR).is_dir()
+
+
+def save_actor_shards(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                      folder: Path) -> None:
+    """Each rank writes its shards of the weights and AdamW state under folder/actor_dcp."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_state, optim_state = get_state_dict(model, optimizer)
+    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(folder / DCP_DIR))
+
+
+def load_actor_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                     folder: Path) -> None:
+    """Put the checkpoint's weights and optimizer state into `model` and
+    `optimizer` in place, whichever layout `folder` has and however `model`
+    is sharded now. Everything is read before anything changes."""
+    if is_sharded_checkpoint(folder):
+        _load_dcp(model, optimizer, folder)
+    else:
+        _load_whole(model, optimizer, folder)
+
+
+def _load_dcp(model, optimizer, folder: Path) -> None:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    # The current state as the template DCP fills in (shaped like this run's shards).
+    model_state, optim_state = get_state_dict(model, optimizer)
+    state = {"model": model_state, "optim": optim_state}
+    dcp.load(state, checkpoint_id=str(folder / DCP_DIR))
+    set_state_dict(model, optimizer, model_state_dict=state["model"],
+                   optim_state_dict=state["optim"])
+
+
+def _load_whole(model, optimizer, folder: Path) -> None:
+    from thinkrl.checkpoint.state import read_weights
+    from thinkrl.parallel.fsdp import is_sharded
+
+    saved_optimizer = torch.load(folder / OPTIMIZER_FILE, map_location="cpu", weights_only=True)
+    tensors = read_weights(model, folder / ACTOR_DIR)
+    if not is_sharded(model):
+        from thinkrl.checkpoint.state import copy_weights
+        copy_weights(model, tensors, folder / ACTOR_DIR)
+        optimizer.load_state_dict(saved_optimizer)
+        return
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions,
+                                                         set_model_state_dict,
+                                                         set_optimizer_state_dict)
+    whole = StateDictOptions(full_state_dict=True)
+    set_model_state_dict(model, tensors, options=whole)
+    set_optimizer_state_dict(model, optimizer, _by_name(model, saved_optimizer), options=whole)
+
+
+def _by_name(model: torch.nn.Module, saved: dict) -> dict:
+    """AdamW's state dict keys parameters by their position in the parameter
+    list; the sharded loader wants their names. Positions follow
+    model.parameters(), which FSDP2 keeps in the same order."""
+    names = [name for name, p in model.named_parameters() if p.requires_grad]
+    groups = []
+    for group in saved["param_groups"]:
+        groups.append({**group, "params": [names[i] for i in group["params"]]})
+    return {"state": {names[i]: value for i, value in saved["state"].items()},
+            "param_groups": groups}

@@ -1,0 +1,98 @@
+"""Sharding a model over the ranks of a worker group with PyTorch FSDP2.
+
+`parallelize` is the one place a model is prepared for several ranks, in
+this order: activation checkpointing is already on (set at load), then each
+decoder layer is sharded, then the root (embedding, final norm, LM head), so
+that one layer's parameters are gathered at a time in forward and backward.
+Parameters stay float32 (the master weights); on accelerators FSDP2 casts
+them to the compute dtype for the forward and reduces gradients in float32.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import torch
+from torch import nn
+
+
+def decoder_layers(model: nn.Module) -> list[nn.Module]:
+    """The repeated blocks of a Hugging Face model, found by the class names
+    the model lists in `_no_split_modules` (Qwen2DecoderLayer, ...)."""
+    names = set(getattr(model, "_no_split_modules", None) or ())
+    layers = [m for m in model.modules() if type(m).__name__ in names]
+    if not layers:
+        raise ValueError(f"{type(model).__name__} lists no decoder layer class in "
+                         "_no_split_modules, so FSDP2 cannot shard it layer by layer; "
+                         "use trainer.backend=local (one device) for this model")
+    return layers
+
+
+def parallelize(model: nn.Module, *, compute_dtype: torch.dtype, param_offload: bool = False,
+                reshard_after_forward: bool = True) -> nn.Module:
+    """Shard `model` in place over the default process group (FSDP2
+    `fully_shard`, each decoder layer then the root) and return it.
+
+    compute_dtype: the dtype matmuls run in; below float32 FSDP2 keeps float32
+      master weights and casts a gathered copy for the forward.
+    param_offload: keep the shards (and their gradients and optimizer states)
+      in host memory between uses; the optimizer step then runs on the CPU.
+    """
+    from torch.distributed.fsdp import (CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy,
+                                        fully_shard)
+
+    mixed = MixedPrecisionPolicy()
+    if compute_dtype != torch.float32:
+        mixed = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
+    offload = CPUOffloadPolicy() if param_offload else OffloadPolicy()
+    options = dict(mp_policy=mixed, offload_policy=offload,
+                   reshard_after_forward=reshard_after_forward)
+    for layer in decoder_layers(model):
+        fully_shard(layer, **options)
+    fully_shard(model, **options)
+    # Each rank's loss is already its exact share of the mini-batch loss (the
+    # normalisers span all ranks, thinkrl.workers.mini_batches), so gradients
+    # are summed over ranks, not averaged as FSDP2 does by default.
+    for module in _fsdp_modules(model):
+        module.set_gradient_divide_factor(1.0)
+        module.set_force_sum_reduction_for_comms(True)
+    return model
+
+
+def is_sharded(model: nn.Module) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+    return isinstance(model, FSDPModule)
+
+
+def _fsdp_modules(model: nn.Module) -> list[nn.Module]:
+    from torch.distributed.fsdp import FSDPModule
+    return [m for m in model.modules() if isinstance(m, FSDPModule)]
+
+
+@contextlib.contextmanager
+def gathered(model: nn.Module) -> Iterator[None]:
+    """Full weights on every rank for the duration (one all-gather per
+    sharded module on entry, freed on exit): a rollout decodes hundreds of
+    tokens, each a forward pass, and must not gather the weights for each.
+    Inside, forwards run no collective, so ranks may decode different numbers
+    of tokens. A no-op for an unsharded model."""
+    modules = _fsdp_modules(model)
+    if not modules:
+        yield
+        return
+    for module in modules:
+        module.set_reshard_after_forward(False, recurse=False)
+        module.unshard()
+    try:
+        yield
+    finally:
+        for module in modules:
+            module.reshard()
+            module.set_reshard_after_forward(True, recurse=False)
+
+
+def full_tensor(value: torch.Tensor) -> torch.Tensor:
+    """A DTensor gathered whole (a collective: every rank must call it); a
+    plain tensor as it is."""
+    return value.full_tensor() if hasattr(value, "full_tensor") else value

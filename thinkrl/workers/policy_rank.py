@@ -1,0 +1,176 @@
+"""The roles of one device: actor, reference and rollout engine, built from a spec.
+
+A `PolicyRank` is a plain class. The local backend builds one in the
+driver's process; the ray backend builds one per device inside a Ray actor
+(`thinkrl.workers.ray_group`), all of them joined in one process group with
+FSDP2-sharded models. Either way the roles are the same classes and each
+rank builds its own models from the spec: the actor from the model path,
+the reference from the same path again (the *initial* weights, whatever the
+actor resumes), the engine on the actor's module (colocated: the optimizer
+step is the weight sync, and a sharded module is gathered once per rollout).
+
+Only CPU tensors and plain values go in and come out (`RankSpec` and every
+method's arguments and results).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from thinkrl.config import Config, DerivedSizes
+from thinkrl.models.loading import check_model_fits, load_causal_lm
+from thinkrl.parallel import fsdp
+from thinkrl.parallel.device import autocast, bind_rank_device, compute_dtype, resolve_device
+from thinkrl.parallel.distributed import init_process_group
+from thinkrl.records import PromptBatch, Rollouts
+from thinkrl.rollout.base import SamplingParams
+from thinkrl.rollout.native import NativeEngine
+from thinkrl.workers.actor import ActorWorker
+from thinkrl.workers.mini_batches import MiniBatch
+from thinkrl.workers.reference import ReferenceWorker
+
+# Rank r samples from seed + r * _RANK_SEED_STRIDE: ranks must not draw the
+# same stream, and rank 0 draws exactly what the local backend draws.
+_RANK_SEED_STRIDE = 104_729
+
+
+@dataclass(frozen=True)
+class RankSpec:
+    """Everything a rank needs to build its roles (sent to Ray workers)."""
+
+    cfg: Config
+    sizes: DerivedSizes
+    model_path: str
+    """actor_rollout_ref.model.path with `builtin:` names resolved to folders."""
+    total_steps: int
+    eos_token_ids: tuple[int, ...]
+    pad_token_id: int
+    tokenizer_size: int
+    """len(tokenizer): the ids the model must embed."""
+    rank: int = 0
+    world_size: int = 1
+    init_method: str | None = None
+    """torch.distributed rendezvous ("file://..." or "tcp://..."); None for one rank."""
+    with_reference: bool = field(default=False)
+    """Build the reference (a KL term needs it)."""
+
+    @property
+    def sampling_seed(self) -> int:
+        cfg = self.cfg
+        base = cfg.trainer.seed * 1000 + cfg.actor_rollout_ref.rollout.seed
+        return base + _RANK_SEED_STRIDE * self.rank
+
+
+class PolicyRank:
+    def __init__(self, spec: RankSpec) -> None:
+        cfg, arr = spec.cfg, spec.cfg.actor_rollout_ref
+        self.spec = spec
+        sharded = spec.world_size > 1
+        self.device = (bind_rank_device(cfg.trainer.device) if sharded
+                       else resolve_device(cfg.trainer.device))
+        if sharded:
+            init_process_group(rank=spec.rank, world_size=spec.world_size,
+                               init_method=spec.init_method, device=self.device,
+                               timeout_s=cfg.trainer.ray_wait_timeout_s)
+        torch.manual_seed(cfg.trainer.seed)
+        dtype = compute_dtype(self.device, arr.model.dtype)
+        self.autocast = autocast(self.device, dtype)
+        model = self._load(gradient_checkpointing=arr.model.enable_gradient_checkpointing)
+        check_model_fits(model, spec.tokenizer_size, spec.sizes, model_path=spec.model_path)
+        if sharded:
+            fsdp.parallelize(model, compute_dtype=dtype,
+                             param_offload=self._offload(arr.actor.fsdp_config))
+        sizes, rollout = spec.sizes, arr.rollout
+        self.actor = ActorWorker(
+            model, arr.actor, total_steps=spec.total_steps,
+            micro_batch_size=sizes.micro_batch_size_per_device,
+            log_prob_micro_batch_size=sizes.log_prob_micro_batch_size_per_device,
+            temperature=rollout.temperature, max_response_length=sizes.response_length,
+            seed=cfg.trainer.seed, autocast=self.autocast)
+        self.reference = None
+        if spec.with_reference:
+            ref_model = self._load(gradient_checkpointing=False)
+            if sharded:
+                fsdp.parallelize(ref_model, compute_dtype=dtype,
+                                 param_offload=self._offload(arr.ref.fsdp_config))
+            self.reference = ReferenceWorker(
+                ref_model, micro_batch_size=sizes.ref_log_prob_micro_batch_size_per_device,
+                temperature=rollout.temperature, autocast=self.autocast)
+        self.engine = NativeEngine(
+            model, eos_token_ids=list(spec.eos_token_ids), pad_token_id=spec.pad_token_id,
+            seed=spec.sampling_seed, autocast=self.autocast,
+            gather=(lambda: fsdp.gathered(model)) if sharded else contextlib.nullcontext)
+
+    def _offload(self, fsdp_config) -> bool:
+        """verl's three offload switches map onto FSDP2's CPUOffloadPolicy,
+        which keeps parameters, gradients and optimizer state on the host
+        together (and runs the optimizer step there); moot on a CPU device."""
+        wanted = (fsdp_config.param_offload or fsdp_config.optimizer_offload
+                  or fsdp_config.offload_policy)
+        return wanted and self.device.type != "cpu"
+
+    def _load(self, *, gradient_checkpointing: bool) -> torch.nn.Module:
+        model_cfg = self.spec.cfg.actor_rollout_ref.model
+        return load_causal_lm(self.spec.model_path, dtype=torch.float32, device=self.device,
+                              trust_remote_code=model_cfg.trust_remote_code,
+                              override_config=model_cfg.override_config,
+                              gradient_checkpointing=gradient_checkpointing)
+
+    # The stages, as the driver calls them (through a handle under Ray).
+    def generate(self, prompts: PromptBatch, params: SamplingParams) -> Rollouts:
+        return self.engine.generate(prompts, params)
+
+    def compute_log_prob(self, input_ids, attention_mask, position_ids, *,
+                         response_length: int) -> torch.Tensor:
+        return self.actor.compute_log_prob(input_ids, attention_mask, position_ids,
+                                           response_length=response_length)
+
+    def compute_ref_log_prob(self, input_ids, attention_mask, position_ids, *,
+                             response_length: int) -> torch.Tensor:
+        assert self.reference is not None, "built without a reference (no KL term)"
+        return self.reference.compute_ref_log_prob(input_ids, attention_mask, position_ids,
+                                                    response_length=response_length)
+
+    def update_on(self, minis: list[MiniBatch]) -> dict[str, float]:
+        return self.actor.update_on(minis)
+
+    # Checkpoints: sharded (every rank writes its part) or, for one rank, either layout.
+    def save_sharded(self, folder: str) -> None:
+        from thinkrl.checkpoint.sharded import save_actor_shards
+        save_actor_shards(self.actor.model, self.actor.optimizer, Path(folder))
+
+    def load_actor(self, folder: str) -> None:
+        from thinkrl.checkpoint.sharded import load_actor_state
+        load_actor_state(self.actor.model, self.actor.optimizer, Path(folder))
+
+    def schedule_state(self) -> dict:
+        return {"scheduler": self.actor.scheduler.state_dict()}
+
+    def load_schedule_state(self, state: dict) -> None:
+        self.actor.scheduler.load_state_dict(state["scheduler"])
+
+    def generator_state(self) -> torch.Tensor:
+        return self.engine.generator_state()
+
+    def set_generator_state(self, state: torch.Tensor) -> None:
+        self.engine.set_generator_state(state)
+
+    def full_weights(self) -> dict[str, torch.Tensor]:
+        """The actor's full float32 weights on the CPU, on rank 0 (empty on
+        the others). A collective: every rank must call it."""
+        from torch.distributed.checkpoint.state_dict import (StateDictOptions,
+                                                             get_model_state_dict)
+        if not fsdp.is_sharded(self.actor.model):
+            return {k: v.detach().cpu().clone() for k, v in self.actor.model.state_dict().items()}
+        return get_model_state_dict(self.actor.model, options=StateDictOptions(
+            full_state_dict=True, cpu_offload=True))
+
+    def sharding(self) -> dict[str, int]:
+        """Parameters held by this rank and in the whole model (for tests and logs)."""
+        local = sum(getattr(p, "to_local", lambda: p)().numel()
+                    for p in self.actor.model.parameters())
+        return {"local": local, "total": sum(p.numel() for p in self.actor.model.parameters())}
