@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+# Ray reads this when it is first imported: with it, every Ray process in the
+# tests binds 127.0.0.1 and nothing else (also set by .ci/run).
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
 import pytest
 import torch

@@ -69,11 +69,16 @@ class Run:
     """Waits for the device's queued work (for honest stage timings)."""
     progress: Progress = field(default_factory=Progress)
     """Where training stands: step 0, or the step of the checkpoint resumed from."""
+    close_workers: Callable[[], None] = lambda: None
+    """Stops the Ray workers (ray backend)."""
 
     def close(self) -> None:
-        """Stop the scoring workers and close the logger sinks."""
-        self.reward.close()
-        self.metrics_log.close()
+        """Stop the scoring workers, the Ray workers, and close the logger sinks."""
+        try:
+            self.reward.close()
+            self.metrics_log.close()
+        finally:
+            self.close_workers()
 
     @property
     def on_policy(self) -> bool:
@@ -127,31 +132,36 @@ def build_run(cfg: Config, *, log=print) -> Run:
                         model_path, arr.model.trust_remote_code))),
                     pad_token_id=tokenizer.pad_token_id, tokenizer_size=len(tokenizer),
                     with_reference=arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward)
-    actor, reference, engine, sync = build_roles(spec, log=log)
-    rollout = arr.rollout
-    sampling = SamplingParams(n=rollout.n, max_tokens=sizes.response_length,
-                              temperature=rollout.temperature, top_p=rollout.top_p,
-                              top_k=rollout.top_k, do_sample=rollout.do_sample,
-                              ignore_eos=rollout.ignore_eos)
-    val_sampling = validation_sampling(cfg, max_tokens=sizes.response_length)
+    actor, reference, engine, sync, close_workers = build_roles(spec, log=log)
+    try:  # the workers hold processes (and devices) until closed
+        rollout = arr.rollout
+        sampling = SamplingParams(n=rollout.n, max_tokens=sizes.response_length,
+                                  temperature=rollout.temperature, top_p=rollout.top_p,
+                                  top_k=rollout.top_k, do_sample=rollout.do_sample,
+                                  ignore_eos=rollout.ignore_eos)
+        val_sampling = validation_sampling(cfg, max_tokens=sizes.response_length)
 
-    run_dir = Path(cfg.trainer.default_local_dir).expanduser().resolve()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with (run_dir / "config.yaml").open("w") as f:
-        yaml.safe_dump(config_to_dict(cfg), f, sort_keys=False)
-    resume_from = checkpoint_to_resume(cfg.trainer, run_dir, log=log)
-    metrics_log = MetricsLog(run_dir, loggers=cfg.trainer.logger, print_fn=log,
-                             config=config_to_dict(cfg))
-    run = Run(cfg=cfg, sizes=sizes, run_dir=run_dir, model_path=model_path,
-              tokenizer=tokenizer, actor=actor, reference=reference, engine=engine, train_loader=train_loader,
-              val_prompts=val_prompts, reward=reward,
-              zero_reward_watch=ZeroRewardWatch(cfg.reward.zero_reward_warn_steps),
-              advantage_fn=get_advantage_estimator(cfg.algorithm.adv_estimator),
-              sampling=sampling, val_sampling=val_sampling, total_steps=total_steps,
-              metrics_log=metrics_log,
-              kl_controller=_kl_controller(cfg), sync=sync)
+        run_dir = Path(cfg.trainer.default_local_dir).expanduser().resolve()
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with (run_dir / "config.yaml").open("w") as f:
+            yaml.safe_dump(config_to_dict(cfg), f, sort_keys=False)
+        resume_from = checkpoint_to_resume(cfg.trainer, run_dir, log=log)
+        metrics_log = MetricsLog(run_dir, loggers=cfg.trainer.logger, print_fn=log,
+                                 config=config_to_dict(cfg))
+        run = Run(cfg=cfg, sizes=sizes, run_dir=run_dir, model_path=model_path,
+                  tokenizer=tokenizer, actor=actor, reference=reference, engine=engine, train_loader=train_loader,
+                  val_prompts=val_prompts, reward=reward,
+                  zero_reward_watch=ZeroRewardWatch(cfg.reward.zero_reward_warn_steps),
+                  advantage_fn=get_advantage_estimator(cfg.algorithm.adv_estimator),
+                  sampling=sampling, val_sampling=val_sampling, total_steps=total_steps,
+                  metrics_log=metrics_log,
+                  kl_controller=_kl_controller(cfg), sync=sync,
+                  close_workers=close_workers)
+    except BaseException:
+        close_workers()
+        raise
     try:
-        if resume_from is not None:  # after the reference copied the *initial* weights
+        if resume_from is not None:  # the reference keeps the initial weights
             run.progress = load_checkpoint(run, resume_from, log=log)
         # Only now, with the checkpoint loaded, may metrics.jsonl change; it is
         # continued only when the checkpoint belongs to this run directory.
@@ -165,15 +175,15 @@ def build_run(cfg: Config, *, log=print) -> Run:
 
 
 def build_roles(spec: RankSpec, *, log=print):
-    """(actor, reference or None, engine, sync): the plain roles of one
-    PolicyRank in this process (local backend), or the driver-side handles
-    of a Ray worker group with one rank per device (ray backend)."""
+    """(actor, reference or None, engine, sync, close): the plain roles of
+    one PolicyRank in this process (local backend), or the driver-side
+    handles of a Ray worker group with one rank per device (ray backend)."""
     if execution_backend(spec.cfg) == "local":
         rank = PolicyRank(spec)
-        return rank.actor, rank.reference, rank.engine, synchronizer(rank.device)
+        return rank.actor, rank.reference, rank.engine, synchronizer(rank.device), lambda: None
     from thinkrl.workers.ray_group import RayWorkerGroup
     group = RayWorkerGroup.start(spec, log=log)
-    return group.actor, group.reference, group.engine, lambda: None
+    return group.actor, group.reference, group.engine, lambda: None, group.close
 
 
 def total_training_steps(cfg: Config, *, batches_per_epoch: int) -> int:

@@ -39,6 +39,11 @@ class PromptBatch:
     def __len__(self) -> int:
         return len(self.samples)
 
+    def select(self, rows: Tensor) -> "PromptBatch":
+        """The prompts at `rows` (a LongTensor), padding width unchanged."""
+        return PromptBatch(self.input_ids[rows], self.attention_mask[rows],
+                           [self.samples[i] for i in rows.tolist()])
+
 
 FINISH_STOP = "stop"  # the model wrote EOS
 FINISH_LENGTH = "length"  # hit max_response_length
@@ -59,6 +64,29 @@ class Rollouts:
 
     def __len__(self) -> int:
         return len(self.samples)
+
+    @classmethod
+    def concat(cls, parts: list["Rollouts"], *, pad_token_id: int) -> "Rollouts":
+        """The responses of consecutive prompt batches as one record: each
+        part's responses right-padded to the longest (pad id, mask 0,
+        log-prob 0) and its group ids shifted past the previous parts'.
+        Prompts must share their padded width (slices of one PromptBatch)."""
+        parts = [p for p in parts if len(p)]
+        width = max(p.response_ids.shape[1] for p in parts)
+
+        def pad(t: Tensor, value) -> Tensor:
+            return torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value)
+
+        offsets = torch.tensor([0] + [int(p.group_ids.max()) + 1 for p in parts[:-1]]).cumsum(0)
+        return cls(
+            prompt_ids=torch.cat([p.prompt_ids for p in parts]),
+            prompt_mask=torch.cat([p.prompt_mask for p in parts]),
+            response_ids=torch.cat([pad(p.response_ids, pad_token_id) for p in parts]),
+            response_mask=torch.cat([pad(p.response_mask, 0) for p in parts]),
+            rollout_logprobs=torch.cat([pad(p.rollout_logprobs, 0.0) for p in parts]),
+            finish_reasons=[r for p in parts for r in p.finish_reasons],
+            group_ids=torch.cat([p.group_ids + off for p, off in zip(parts, offsets.tolist())]),
+            samples=[s for p in parts for s in p.samples])
 
     @property
     def response_lengths(self) -> Tensor:  # [N]

@@ -1,5 +1,8 @@
 """A checkpoint's actor as a standalone Hugging Face folder.
 
+A sharded checkpoint (ray backend: actor_dcp/) is gathered into one
+model.safetensors on the way, in this process, with no process group.
+
 Every checkpoint keeps the actor as a Hugging Face folder already (`actor/`:
 config.json, generation_config.json, model.safetensors, and the run's
 tokenizer, which is saved into each checkpoint so that any one of them can be
@@ -14,6 +17,7 @@ import os
 import shutil
 from pathlib import Path
 
+from thinkrl.checkpoint.sharded import is_sharded_checkpoint, write_whole_weights
 from thinkrl.checkpoint.state import ACTOR_DIR, weight_files
 from thinkrl.checkpoint.store import fsync_dir, fsync_file, resolve_checkpoint
 
@@ -27,7 +31,9 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, *, log=print) -> 
     if not (source / "config.json").is_file():
         raise ValueError(f"{folder}: no {ACTOR_DIR}/config.json; it was not written by "
                          "thinkrl's checkpointing")
-    weight_files(source)  # a clear error when the weights are missing
+    sharded = is_sharded_checkpoint(folder)
+    if not sharded:
+        weight_files(source)  # a clear error when the weights are missing
     out = Path(out).expanduser().resolve()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"--out {out} exists and is not an empty folder; choose a new path")
@@ -38,6 +44,8 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, *, log=print) -> 
     try:
         # copyfile, not copy2: the export gets ordinary permissions, not the save's.
         shutil.copytree(source, tmp, copy_function=shutil.copyfile)
+        if sharded:  # the ranks' shards, gathered into one model.safetensors
+            write_whole_weights(folder, tmp)
         for path in tmp.iterdir():
             fsync_file(path)
         if out.exists():

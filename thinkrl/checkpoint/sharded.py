@@ -53,14 +53,36 @@ def load_actor_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
         _load_whole(model, optimizer, folder)
 
 
-def _load_dcp(model, optimizer, folder: Path) -> None:
+def write_whole_weights(folder: Path, out: Path) -> None:
+    """The weights of the sharded checkpoint `folder` as one Hugging Face
+    model.safetensors in `out` (which holds the checkpoint's config.json)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(folder / ACTOR_DIR)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    state = {"model": model.state_dict()}
+    _dcp_load(state, folder)
+    model.load_state_dict(state["model"])
+    model.save_pretrained(out)
+
+
+def _dcp_load(state: dict, folder: Path) -> None:
+    """Fill `state` in place from folder/actor_dcp (only the keys it has)."""
+    import warnings
+
     import torch.distributed.checkpoint as dcp
+    with warnings.catch_warnings():  # one process reading a sharded checkpoint is intended
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load(state, checkpoint_id=str(folder / DCP_DIR))
+
+
+def _load_dcp(model, optimizer, folder: Path) -> None:
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     # The current state as the template DCP fills in (shaped like this run's shards).
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optim": optim_state}
-    dcp.load(state, checkpoint_id=str(folder / DCP_DIR))
+    _dcp_load(state, folder)
     set_state_dict(model, optimizer, model_state_dict=state["model"],
                    optim_state_dict=state["optim"])
 

@@ -173,6 +173,7 @@ def model_folder(path: str, *, log=print) -> str:
     complete checkpoint, as `thinkrl export` finds it) gives the checkpoint's
     Hugging Face weights."""
     from thinkrl import builtin
+    from thinkrl.checkpoint.sharded import is_sharded_checkpoint
     from thinkrl.checkpoint.state import ACTOR_DIR
     from thinkrl.checkpoint.store import resolve_checkpoint
 
@@ -193,6 +194,12 @@ def model_folder(path: str, *, log=print) -> str:
         raise ValueError(f"--model {local.resolve()}: not a Hugging Face model folder (no "
                          f"config.json), and not a checkpoint or run directory: {err}") from None
     log(f"--model {local}: the weights of checkpoint {checkpoint.name}")
+    if is_sharded_checkpoint(checkpoint):  # gathered into a temporary Hugging Face folder
+        import tempfile
+
+        from thinkrl.checkpoint.export import export_checkpoint
+        out = Path(tempfile.mkdtemp(prefix="thinkrl-eval-")) / checkpoint.name
+        return str(export_checkpoint(checkpoint, out, log=log))
     return str(checkpoint / ACTOR_DIR)
 
 

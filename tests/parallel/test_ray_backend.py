@@ -1,0 +1,211 @@
+"""The ray backend on CPU: 2 Ray workers (gloo, FSDP2) against the local backend.
+
+Tolerances: float32 throughout. Log-probs of the same tokens agree to 1e-5
+(the same model in other batch shapes sums in another order); the update's
+loss metrics to 1e-5 relative and the weights after one AdamW step to 1e-5
+absolute (AdamW's first step moves each weight by ~lr whatever the gradient's
+size, so 1e-5 at lr 1e-3 would still show a wrong sign or a missing term).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from thinkrl.build import build_run
+from thinkrl.cli import recipe_path
+from thinkrl.config import load_config
+from thinkrl.records import TrainBatch
+from thinkrl.trainer import train
+
+pytestmark = pytest.mark.slow
+assert os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"  # conftest: loopback only
+ray = pytest.importorskip("ray")
+
+
+def _overrides(model_dir: Path, run_dir: Path, *extra: str) -> list[str]:
+    return [
+        f"actor_rollout_ref.model.path={model_dir}", f"trainer.default_local_dir={run_dir}",
+        "trainer.device=cpu", "data.train_batch_size=4", "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.actor.optim.lr=1e-3", "data.max_response_length=12",
+        "data.val_batch_size=100", "trainer.total_training_steps=2", "trainer.test_freq=-1",
+        "trainer.progress_bar=False", "trainer.logger=[]", "trainer.val_before_train=False",
+        "reward.num_workers=0", *extra]
+
+
+def _cfg(model_dir, run_dir, *extra):
+    return load_config(recipe_path("tiny"), _overrides(model_dir, run_dir, *extra))
+
+
+def _records(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    # validation runs at each run's last step, so the interrupted run has one more
+    return [{k: v for k, v in json.loads(line).items()
+             if not k.startswith(("timing_s/", "perf/", "val-"))} for line in lines]
+
+
+def test_two_ranks_update_equals_one_process(asset_cache, tiny_model_dir, tmp_path):
+    local = build_run(_cfg(tiny_model_dir, tmp_path / "local"), log=lambda *_: None)
+    sharded = build_run(_cfg(tiny_model_dir, tmp_path / "ray", "trainer.n_gpus_per_node=2"),
+                        log=lambda *_: None)
+    try:
+        assert sharded.sizes.world_size == 2 and sharded.actor.group.world_size == 2
+        shards = sharded.actor.group.call_all("test", "sharding")
+        assert all(s["local"] < s["total"] for s in shards)  # DTensors split 2 ways
+        assert sum(s["local"] for s in shards) == shards[0]["total"]
+
+        rollouts = local.engine.generate(local.train_loader.next_batch(), local.sampling)
+        seqs = rollouts.sequences()
+        r = rollouts.response_ids.shape[1]
+        old_local = local.actor.compute_log_prob(*seqs, response_length=r)
+        old_ray = sharded.actor.compute_log_prob(*seqs, response_length=r)
+        torch.testing.assert_close(old_ray, old_local, rtol=0, atol=1e-5)
+        ref_ray = sharded.reference.compute_ref_log_prob(*seqs, response_length=r)
+        torch.testing.assert_close(ref_ray, old_local, rtol=0, atol=1e-5)  # no update yet
+
+        advantages = torch.randn(len(rollouts), 1, generator=torch.Generator().manual_seed(0))
+        batch = TrainBatch(*seqs, response_mask=rollouts.response_mask.float(),
+                           advantages=advantages.expand(-1, r) * rollouts.response_mask,
+                           old_logprobs=old_local, ref_logprobs=old_local)
+        m_local = local.actor.update_policy(batch, mini_batch_size=8)
+        m_ray = sharded.actor.update_policy(batch, mini_batch_size=8)
+        for key in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm",
+                    "actor/pg_clipfrac", "actor/lr"):
+            assert m_ray[key] == pytest.approx(m_local[key], rel=1e-5, abs=1e-7), key
+        after = sharded.actor.full_weights()
+        for name, tensor in local.actor.model.state_dict().items():
+            torch.testing.assert_close(after[name], tensor, rtol=0, atol=1e-5, msg=name)
+
+        # a sharded checkpoint, exported as one Hugging Face folder without a process group
+        from safetensors.torch import load_file
+
+        from thinkrl.checkpoint.export import export_checkpoint
+        from thinkrl.checkpoint.state import Progress, save_checkpoint
+        folder = save_checkpoint(sharded, Progress(step=1), log=lambda *_: None)
+        assert sorted(p.name for p in (folder / "actor_dcp").iterdir()) == [
+            ".metadata", "__0_0.distcp", "__1_0.distcp"]
+        exported = load_file(export_checkpoint(folder, tmp_path / "hf", log=lambda *_: None)
+                             / "model.safetensors")
+        for name, tensor in exported.items():
+            assert torch.equal(tensor, after[name]), name
+    finally:
+        local.close()
+        sharded.close()
+
+
+def test_two_rank_run_resumes_exactly_on_two_and_on_one(asset_cache, tiny_model_dir, tmp_path):
+    ray_args = ("trainer.n_gpus_per_node=2", "trainer.save_freq=2")
+    train(_cfg(tiny_model_dir, tmp_path / "straight", *ray_args,
+               "trainer.total_training_steps=4"), log=lambda *_: None)
+    train(_cfg(tiny_model_dir, tmp_path / "broken", *ray_args), log=lambda *_: None)
+    assert (tmp_path / "broken" / "global_step_2" / "actor_dcp" / ".metadata").is_file()
+    train(_cfg(tiny_model_dir, tmp_path / "broken", *ray_args, "trainer.total_training_steps=4"),
+          log=lambda *_: None)
+    straight, resumed = _records(tmp_path / "straight"), _records(tmp_path / "broken")
+    assert [r["step"] for r in resumed] == [1, 2, 3, 4]
+    for a, b in zip(straight, resumed):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-6), (a["step"], key)
+    # the same sharded checkpoint on one process (DCP reshards): it trains on
+    one = _cfg(tiny_model_dir, tmp_path / "one", "trainer.resume_mode=resume_path",
+               f"trainer.resume_from_path={tmp_path / 'broken' / 'global_step_2'}",
+               "trainer.total_training_steps=3")
+    train(one, log=lambda *_: None)
+    [third] = _records(tmp_path / "one")
+    assert third["step"] == 3 and third["training/epoch"] == straight[2]["training/epoch"]
+    assert third["critic/score/mean"] >= 0
+
+
+def test_two_simulated_nodes_run_two_steps(asset_cache, tiny_model_dir, tmp_path):
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "node_ip_address": "127.0.0.1", "include_dashboard": False})
+    cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
+    try:
+        result = train(_cfg(tiny_model_dir, tmp_path / "run", "trainer.nnodes=2",
+                            "trainer.n_gpus_per_node=1", f"trainer.ray_address={cluster.address}"),
+                       log=lambda *_: None)
+        assert result.steps == 2
+        assert [r["step"] for r in _records(tmp_path / "run")] == [1, 2]
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def test_a_killed_rank_stops_the_run_and_the_checkpoint_loads(asset_cache, tiny_model_dir,
+                                                              tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    run_dir = tmp_path / "run"
+    args = _overrides(tiny_model_dir, run_dir, "trainer.n_gpus_per_node=2", "trainer.save_freq=1",
+                      "trainer.total_training_steps=500", "trainer.logger=[console]")
+    proc = subprocess.Popen([sys.executable, "-m", "thinkrl", "train", "--config", "tiny",
+                             "--skip-doctor", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "THINKRL_CACHE": str(asset_cache)})
+    try:
+        deadline = time.monotonic() + 240
+        while not (run_dir / "global_step_1" / "meta.json").is_file():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
+            time.sleep(0.5)
+        log = (run_dir / "logs" / "rank_1.log").read_text()
+        pid = int(log.split(" pid ")[1].split()[0])
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        out, _ = proc.communicate(timeout=60)
+        assert time.monotonic() - killed < 30
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    assert "rank 1" in out and "died during" in out, out[-3000:]
+    # the last complete checkpoint resumes (here on one process)
+    done = sorted(int(p.name.split("_")[-1]) for p in run_dir.glob("global_step_*")
+                  if (p / "meta.json").is_file())
+    resumed = build_run(_cfg(tiny_model_dir, run_dir, f"trainer.total_training_steps={done[-1] + 1}"),
+                        log=lambda *_: None)
+    try:
+        assert resumed.progress.step == done[-1]
+    finally:
+        resumed.close()
+
+
+@pytest.mark.skipif(not (Path(__file__).resolve().parents[2].parent / "shared" / "seeds").is_dir(),
+                    reason="../shared is absent")
+def test_seed_004_launch_line_runs_one_step(asset_cache, tiny_model_dir, tmp_path):
+    from thinkrl.cli import main
+
+    shared = Path(__file__).resolve().parents[2].parent / "shared"
+    text = (shared / "seeds" / "004_8fc991b6c2ee6527.txt").read_text()
+    command = text[text.index("python3 -m verl.trainer.main_ppo"):].split("$@")[0]
+    keys = [part for part in command.replace("\\\n", " ").split()[3:] if "=" in part]
+    data = tmp_path / "gsm8k"
+    assert main(["prep", "gsm8k", "--input", str(shared / "data" / "gsm8k"),
+                 "--output", str(data)]) == 0
+    ours = {  # paths to local files, a tiny model on 2 CPU ranks, small sizes; nothing else
+        "data.train_files": str(data / "train.parquet"), "data.val_files": str(data / "test.parquet"),
+        "actor_rollout_ref.model.path": str(tiny_model_dir),
+        "actor_rollout_ref.rollout.name": "native", "trainer.device": "cpu",
+        "trainer.n_gpus_per_node": "2", "data.train_batch_size": "4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size": "4", "data.max_prompt_length": "200",
+        "data.max_response_length": "8"}
+    line = [k if k.split("=")[0].lstrip("+") not in ours else None for k in keys]
+    kept = [k.replace("'", "") for k in line if k is not None]
+    assert len(kept) == len(keys) - len(ours)  # every other key as written
+    overrides = [*kept, *(f"{k}={v}" for k, v in ours.items()),
+                 "trainer.total_training_steps=1", "trainer.val_before_train=False",
+                 f"trainer.default_local_dir={tmp_path / 'run'}"]
+    assert main(["train", "--skip-doctor", *overrides]) == 0
+    [record] = _records(tmp_path / "run")
+    assert record["step"] == 1 and "actor/kl_loss" in record

@@ -1,0 +1,357 @@
+"""The ray backend: one Ray actor per device, and driver-side handles to them.
+
+`RankActor` is a thin shell around `PolicyRank` (the plain class the local
+backend uses): it builds one in its process and runs its methods. The
+driver never touches a module; it holds `ActorHandle`, `ReferenceHandle`
+and `EngineHandle`, which have the methods of the local roles, split each
+batch over the ranks, call every rank, wait with a deadline, and put the
+CPU results back together in the original order.
+
+Failure is loud and fast: results pass one CPU-only check where they leave
+a worker; every wait has a deadline (`trainer.ray_wait_timeout_s`) naming
+the ranks, nodes and stage still pending; a worker that dies stops the run
+within seconds, naming its rank, node, stage and last log lines.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from thinkrl.algos.kl import get_kl_estimator
+from thinkrl.records import PromptBatch, Rollouts, TrainBatch
+from thinkrl.rollout.base import SamplingParams
+from thinkrl.workers.mini_batches import (balanced_shares, contiguous_shares, plan_mini_batches,
+                                          split_mini_batch)
+from thinkrl.workers.policy_rank import RankSpec
+
+
+class WorkerFailed(RuntimeError):
+    """A rank died, raised, or missed its deadline; the message says which and where."""
+
+
+def check_cpu_only(value, *, where: str, path: str = "result") -> None:
+    """Raise when `value` holds a tensor that is not on the CPU: pickling
+    device tensors across processes is a bug (seed 000's RecursionError was
+    torch_npu's storage pickling through Ray)."""
+    if isinstance(value, torch.Tensor):
+        if value.device.type != "cpu":
+            raise TypeError(f"{where}: {path} is a {value.device} tensor; only CPU tensors may "
+                            "leave a worker. This is a bug in thinkrl: move it with .cpu()")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            check_cpu_only(item, where=where, path=f"{path}[{key!r}]")
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            check_cpu_only(item, where=where, path=f"{path}[{i}]")
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            check_cpu_only(getattr(value, f.name), where=where, path=f"{path}.{f.name}")
+
+
+class RankActor:
+    """The Ray actor of one rank (wrapped with ray.remote at start)."""
+
+    def __init__(self, log_file: str) -> None:
+        # Everything this process prints, Python or C++, goes to its own log,
+        # whose tail the driver shows if the rank dies.
+        Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        self.rank = None
+        self.name = "?"
+
+    def where(self) -> dict:
+        """This worker's node: hostname, IP, and a free port for a TCP store."""
+        import ray
+        ip = ray.util.get_node_ip_address()
+        with socket.socket() as s:
+            s.bind((ip, 0))
+            port = s.getsockname()[1]
+        return {"host": socket.gethostname(), "ip": ip, "port": port, "pid": os.getpid()}
+
+    def build(self, spec: RankSpec) -> dict:
+        from thinkrl.workers.policy_rank import PolicyRank
+        self.name = f"rank {spec.rank}"
+        print(f"[{self.name}] pid {os.getpid()} building", flush=True)
+        self.rank = PolicyRank(spec)
+        print(f"[{self.name}] built", flush=True)
+        return self.rank.sharding()
+
+    def call(self, stage: str, method: str, *args, **kwargs):
+        print(f"[{self.name}] {stage}", flush=True)
+        result = getattr(self.rank, method)(*args, **kwargs)
+        check_cpu_only(result, where=f"{self.name}, {stage}")
+        return result
+
+
+class RayWorkerGroup:
+    """The ranks of one run; `actor`, `reference` and `engine` are its faces."""
+
+    def __init__(self, spec: RankSpec, workers: list, places: list[dict], log_files: list[str],
+                 *, started_cluster: bool, groups: list) -> None:
+        self.spec, self.workers, self.places, self.log_files = spec, workers, places, log_files
+        self.world_size = len(workers)
+        self.timeout_s = spec.cfg.trainer.ray_wait_timeout_s
+        self.started_cluster, self.groups = started_cluster, groups
+        self.actor = ActorHandle(self)
+        self.reference = ReferenceHandle(self) if spec.with_reference else None
+        self.engine = EngineHandle(self)
+
+    @classmethod
+    def start(cls, spec: RankSpec, *, log=print) -> "RayWorkerGroup":
+        import ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from thinkrl.parallel import ray_cluster
+        trainer = spec.cfg.trainer
+        world = trainer.nnodes * trainer.n_gpus_per_node
+        started = ray_cluster.connect(trainer, world_size=world, log=log)
+        groups = ray_cluster.reserve_devices(trainer, device_name=trainer.device,
+                                             timeout_s=spec.cfg.trainer.ray_wait_timeout_s)
+        run_dir = Path(trainer.default_local_dir).expanduser().resolve()
+        log_files = [str(run_dir / "logs" / f"rank_{r}.log") for r in range(world)]
+        remote = ray.remote(RankActor)
+        workers = []
+        for r in range(world):
+            node, slot = divmod(r, trainer.n_gpus_per_node)
+            resources = ray_cluster.bundle(trainer.device)
+            workers.append(remote.options(
+                num_cpus=resources.pop("CPU"), num_gpus=resources.pop("GPU", 0),
+                resources=resources, name=None,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    groups[node], placement_group_bundle_index=slot),
+            ).remote(log_files[r]))
+        group = cls(spec, workers, [{"host": "?", "ip": "?"}] * world, log_files,
+                    started_cluster=started, groups=groups)
+        try:
+            group.places = group.wait([w.where.remote() for w in workers], stage="start")
+            init_method = group._rendezvous(trainer.dist_init_method)
+            specs = [dataclasses.replace(spec, rank=r, world_size=world, init_method=init_method)
+                     for r in range(world)]
+            sharding = group.wait([w.build.remote(s) for w, s in zip(workers, specs)],
+                                  stage="build (load and shard the model)")
+        except BaseException:
+            group.close()
+            raise
+        log(f"ray: {world} ranks on {len({p['host'] for p in group.places})} node(s), "
+            f"{sharding[0]['local']:,} of {sharding[0]['total']:,} parameters per rank "
+            f"(FSDP2), logs in {Path(log_files[0]).parent}")
+        return group
+
+    def _rendezvous(self, method: str) -> str:
+        """Where the ranks meet: a private file (nothing listens on the
+        network) when they share a host, else a TCP store on rank 0's node."""
+        one_host = len({p["host"] for p in self.places}) == 1
+        if method == "file" or (method == "auto" and one_host):
+            folder = tempfile.mkdtemp(prefix="thinkrl-rendezvous-")
+            return f"file://{folder}/store"
+        first = self.places[0]
+        return f"tcp://{first['ip']}:{first['port']}"
+
+    def call_all(self, stage: str, method: str, per_rank_args: list[tuple] | None = None,
+                 **kwargs) -> list:
+        """`method` on every rank (rank r with per_rank_args[r]), results in rank order."""
+        args = per_rank_args or [()] * self.world_size
+        return self.wait([w.call.remote(stage, method, *a, **kwargs)
+                          for w, a in zip(self.workers, args)], stage=stage)
+
+    def wait(self, refs: list, *, stage: str) -> list:
+        """Every result, or a WorkerFailed naming the rank, node and stage as
+        soon as one rank fails (not when the others, blocked in a collective,
+        time out)."""
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+        rank_of = {ref: r for r, ref in enumerate(refs)}
+        results: list = [None] * len(refs)
+        deadline = time.monotonic() + self.timeout_s
+        pending = list(refs)
+        while pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                ranks = sorted(rank_of[ref] for ref in pending)
+                raise WorkerFailed(
+                    f"ray: {stage}: rank(s) {ranks} ({self._nodes(ranks)}) did not answer within "
+                    f"trainer.ray_wait_timeout_s={self.timeout_s:g} s.{self._tails(ranks)}")
+            ready, pending = ray.wait(pending, num_returns=1, timeout=min(left, 1.0))
+            for ref in ready:
+                r = rank_of[ref]
+                try:
+                    results[r] = ray.get(ref, timeout=0)
+                except RayActorError as err:
+                    raise WorkerFailed(
+                        f"ray: rank {r} ({self._nodes([r])}) died during {stage} "
+                        f"({type(err).__name__}: killed, out of memory or crashed). The last "
+                        f"complete checkpoint is intact; trainer.resume_mode=auto continues from "
+                        f"it.{self._tails([r])}") from None
+                except RayTaskError as err:
+                    cause = err.as_instanceof_cause()
+                    if isinstance(cause, ValueError):  # a user's mistake: keep its type and text
+                        raise type(cause)(f"rank {r}: {cause}") from None
+                    raise WorkerFailed(f"ray: rank {r} ({self._nodes([r])}) failed during "
+                                       f"{stage}:\n{err}") from None
+                except GetTimeoutError:  # ready but not fetched in time: try again
+                    pending.append(ref)
+        return results
+
+    def _nodes(self, ranks: list[int]) -> str:
+        return ", ".join(f"rank {r} on {self.places[r]['host']} ({self.places[r]['ip']})"
+                         for r in ranks)
+
+    def _tails(self, ranks: list[int], lines: int = 8) -> str:
+        text = []
+        for r in ranks:
+            try:
+                tail = Path(self.log_files[r]).read_text(errors="replace").splitlines()[-lines:]
+            except OSError:
+                continue
+            text.append(f"\n--- last lines of {self.log_files[r]} ---\n" + "\n".join(tail))
+        return "".join(text)
+
+    def close(self) -> None:
+        """Stop the workers (and the cluster this run started)."""
+        import ray
+        if not ray.is_initialized():
+            return
+        for worker in self.workers:
+            ray.kill(worker, no_restart=True)
+        from ray.util.placement_group import remove_placement_group
+        for group in self.groups:
+            remove_placement_group(group)
+        if self.started_cluster:
+            ray.shutdown()
+
+
+def _scatter_rows(sequences: tuple, shares: list[torch.Tensor]) -> list[tuple]:
+    return [tuple(t[rows] for t in sequences) for rows in shares]
+
+
+def _gather_rows(parts: list[torch.Tensor], shares: list[torch.Tensor]) -> torch.Tensor:
+    """Rank results back in the original row order."""
+    n = sum(len(rows) for rows in shares)
+    out = torch.empty((n, *parts[0].shape[1:]), dtype=parts[0].dtype)
+    for rows, part in zip(shares, parts):
+        out[rows] = part
+    return out
+
+
+class _LogProbs:
+    def __init__(self, group: RayWorkerGroup, method: str, stage: str) -> None:
+        self.group, self.method, self.stage = group, method, stage
+
+    def __call__(self, input_ids, attention_mask, position_ids, *, response_length: int):
+        """[N, P + R] -> [N, R]: rows balanced by tokens, equal counts per rank."""
+        shares = balanced_shares(attention_mask.sum(-1), self.group.world_size)
+        parts = self.group.call_all(self.stage, self.method,
+                                    _scatter_rows((input_ids, attention_mask, position_ids), shares),
+                                    response_length=response_length)
+        return _gather_rows(parts, shares)
+
+
+class ActorHandle:
+    """The actor's methods, fanned out. Driver-side state: the mini-batch
+    shuffle generator (the plan is made here, with global normalisers)."""
+
+    device = torch.device("cpu")  # where the driver's own RNGs live (checkpointed)
+
+    def __init__(self, group: RayWorkerGroup) -> None:
+        actor_cfg = group.spec.cfg.actor_rollout_ref.actor
+        self.group, self.cfg = group, actor_cfg
+        self.kl_estimator = (get_kl_estimator(actor_cfg.kl_loss_type) if actor_cfg.use_kl_loss
+                             else None)
+        self.shuffle_generator = torch.Generator().manual_seed(group.spec.cfg.trainer.seed)
+        self.compute_log_prob = _LogProbs(group, "compute_log_prob", "old_log_prob")
+
+    def update_policy(self, batch: TrainBatch, *, mini_batch_size: int) -> dict[str, float]:
+        minis = plan_mini_batches(batch, mini_batch_size=mini_batch_size,
+                                  epochs=self.cfg.ppo_epochs, shuffle=self.cfg.shuffle,
+                                  generator=self.shuffle_generator,
+                                  response_length=self.group.spec.sizes.response_length)
+        world = self.group.world_size
+        shares = [split_mini_batch(m, world) for m in minis]
+        per_rank = [([s[r] for s in shares],) for r in range(world)]
+        # Metrics are reduced across ranks inside the update: rank 0 has them all.
+        return self.group.call_all("update_actor", "update_on", per_rank)[0]
+
+    def weights(self):
+        """Colocated ranks: the optimizer step already changed the shards
+        the engine gathers, so nothing travels (see EngineHandle.update_weights)."""
+        return None
+
+    def save(self, folder: Path) -> None:
+        """Every rank writes its shards (DCP); the driver adds the model's
+        config so that `thinkrl export` can rebuild a Hugging Face folder."""
+        from transformers import AutoConfig, GenerationConfig
+
+        from thinkrl.checkpoint.sharded import ACTOR_DIR
+        self.group.call_all("save_checkpoint", "save_sharded", [(str(folder),)] * self.group.world_size)
+        path, trust = self.group.spec.model_path, self.group.spec.cfg.actor_rollout_ref.model.trust_remote_code
+        AutoConfig.from_pretrained(path, trust_remote_code=trust).save_pretrained(folder / ACTOR_DIR)
+        try:
+            GenerationConfig.from_pretrained(path).save_pretrained(folder / ACTOR_DIR)
+        except OSError:
+            pass  # the model has none
+
+    def load(self, folder: Path) -> None:
+        self.group.call_all("load_checkpoint", "load_actor", [(str(folder),)] * self.group.world_size)
+
+    def state_dict(self) -> dict:
+        schedule = self.group.call_all("save_checkpoint", "schedule_state")[0]
+        return {**schedule, "shuffle_generator": self.shuffle_generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.group.call_all("load_checkpoint", "load_schedule_state",
+                            [({"scheduler": state["scheduler"]},)] * self.group.world_size)
+        self.shuffle_generator.set_state(state["shuffle_generator"])
+
+    def full_weights(self) -> dict[str, torch.Tensor]:
+        """The whole model's weights on the CPU (gathered on rank 0)."""
+        return self.group.call_all("export", "full_weights")[0]
+
+
+class ReferenceHandle:
+    def __init__(self, group: RayWorkerGroup) -> None:
+        self.compute_ref_log_prob = _LogProbs(group, "compute_ref_log_prob", "ref")
+
+
+class EngineHandle:
+    """The rollout engines of all ranks: each generates for a consecutive
+    share of the prompts (a prompt's G responses on one rank)."""
+
+    def __init__(self, group: RayWorkerGroup) -> None:
+        self.group = group
+
+    def generate(self, prompts: PromptBatch, params: SamplingParams) -> Rollouts:
+        shares = contiguous_shares(len(prompts), self.group.world_size)
+        parts = self.group.call_all("gen", "generate",
+                                    [(prompts.select(rows), params) for rows in shares])
+        return Rollouts.concat(parts, pad_token_id=self.group.spec.pad_token_id)
+
+    def update_weights(self, named_tensors) -> None:
+        # Each rank's engine samples from its actor's own (sharded) module.
+        assert named_tensors is None, "ray workers sync weights in place, rank by rank"
+
+    def generator_state(self) -> list[torch.Tensor]:
+        return self.group.call_all("save_checkpoint", "generator_state")
+
+    def set_generator_state(self, state) -> None:
+        """Per-rank states of a run with the same rank count; otherwise (a
+        resume on another device count, or from a local checkpoint) rank 0
+        takes the first state and the others keep their seeds."""
+        states = state if isinstance(state, list) else [state]
+        world = self.group.world_size
+        if len(states) != world:
+            states = [states[0], *(None for _ in range(world - 1))]
+        args = [(s,) for s in states]
+        for r, (s,) in enumerate(args):
+            if s is not None:
+                self.group.wait([self.group.workers[r].call.remote(
+                    "load_checkpoint", "set_generator_state", s)], stage="load_checkpoint")
