@@ -1,4 +1,4 @@
-"""`thinkrl prep SOURCE --input PATH --output DIR [--template chat|qwen_r1] ...`
+"""`thinkrl prep SOURCE --input PATH --output DIR [--template chat|qwen_r1|r1_system] ...`
 
 Converts a public data set into verl's RL parquet schema (`train.parquet`,
 `test.parquet`), ready for data.train_files / data.val_files.

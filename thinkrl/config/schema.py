@@ -310,8 +310,10 @@ class DataConfig:
     apply_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra keyword arguments to ``tokenizer.apply_chat_template``."""
     template: str = "chat"
-    """thinkrl: how prompts are rendered: "chat" (the tokenizer's chat template)
-    or "qwen_r1" (the R1-Zero "A conversation between User and Assistant ..." prompt)."""
+    """thinkrl: how prompts are rendered: "chat" (the tokenizer's chat template),
+    "qwen_r1" (MindSpeed-RL's R1-Zero prompt, byte for byte: the "A conversation between
+    User and Assistant ..." instruction in the user turn) or "r1_system" (that instruction as
+    the system turn of the tokenizer's own chat template); see thinkrl/data/templates.py."""
     val_template: str | None = None
     """thinkrl: the template of the validation set; None uses ``data.template``."""
 

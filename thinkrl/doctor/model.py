@@ -15,7 +15,7 @@ from thinkrl.errors import problem_and_fix
 
 REWARD_MARKUP = ("<think>", "</think>", "<answer>", "</answer>", "\\boxed{")
 """What the r1 and math rewards look for in a decoded response."""
-_R1_RUN = ("qwen_r1",)
+_R1_RUN = ("qwen_r1", "r1_system")
 
 
 def fetchable(ctx: DoctorContext, path: str) -> str:
