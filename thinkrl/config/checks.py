@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from thinkrl.config.schema import Config
+from thinkrl.config.verifier_checks import reward_verifier_problems
 from thinkrl.data.templates import TEMPLATES
 from thinkrl.loggers import logger_problems
 
@@ -235,6 +236,8 @@ def _check_combinations(cfg: Config, bad: Callable[[str, str], None], problems: 
             f"  - custom_reward_function.path={cfg.custom_reward_function.path} and reward.scorer="
             f"{cfg.reward.scorer}: the custom function scores every row, so reward.scorer would be "
             "ignored; remove one of them")
+    problems.extend(f"  - {problem}" for problem in
+                    reward_verifier_problems(cfg.reward, cfg.custom_reward_function.path))
     world = cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes
     tp = arr.rollout.tensor_model_parallel_size
     if arr.rollout.name != "native" and tp >= 1 and world >= 1 and world % tp:

@@ -442,6 +442,12 @@ class RewardConfig:
     """Scoring processes; 0 scores in the main process (then a hang cannot be stopped)."""
     zero_reward_warn_steps: int = 5
     """Warn when every reward of this many steps in a row is 0; 0 never warns."""
+    verifiers: list[str] = field(default_factory=list)
+    """MindSpeed-RL rule verifiers that score every row instead of ``scorer``: any of
+    "format", "strict_format", "base_acc", "acc" (its ``rl_config.verifier_function``;
+    see thinkrl/rewards/verifiers.py); empty: not used."""
+    verifier_weights: list[float] = field(default_factory=list)
+    """One weight per verifier; the reward is the weighted sum (``verifier_weight``)."""
 
 
 @dataclass
