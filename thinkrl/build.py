@@ -163,7 +163,7 @@ def build_run(cfg: Config, *, log=print) -> Run:
     engine = native_engine(cfg, model, tokenizer, autocast=mixed_precision)
     sampling = SamplingParams(n=rollout.n, max_tokens=sizes.response_length,
                               temperature=rollout.temperature, top_p=rollout.top_p,
-                              top_k=rollout.top_k, do_sample=rollout.do_sample,
+                              top_k=rollout.top_k, min_p=rollout.min_p, do_sample=rollout.do_sample,
                               ignore_eos=rollout.ignore_eos)
     val_sampling = validation_sampling(cfg, max_tokens=sizes.response_length)
 

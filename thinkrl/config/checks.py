@@ -79,6 +79,7 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     f"{_ARR}.rollout.temperature": (lambda v: v >= 0, "use a temperature >= 0, e.g. 1.0"),
     f"{_ARR}.rollout.top_p": (lambda v: 0 < v <= 1, "use a value in (0, 1], e.g. 1.0"),
     f"{_ARR}.rollout.top_k": (lambda v: v == -1 or v >= 1, "use -1 (keep all tokens) or a count >= 1"),
+    f"{_ARR}.rollout.min_p": (lambda v: 0 <= v < 1, "use a value in [0, 1), e.g. 0.0 (off) or 0.05"),
     f"{_ARR}.rollout.val_kwargs.temperature": (lambda v: v >= 0, "use a temperature >= 0, e.g. 0.0"),
     f"{_ARR}.rollout.val_kwargs.top_p": (lambda v: 0 < v <= 1, "use a value in (0, 1], e.g. 1.0"),
     f"{_ARR}.rollout.val_kwargs.top_k": (lambda v: v == -1 or v >= 1, "use -1 (keep all tokens) or a count >= 1"),

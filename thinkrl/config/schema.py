@@ -191,6 +191,8 @@ class RolloutConfig:
     """Nucleus sampling mass in (0, 1]."""
     n: int = 1
     """Responses per prompt (GRPO group size; must be >= 2 for GRPO)."""
+    min_p: float = 0.0
+    """Drop tokens less likely than ``min_p`` times the most likely one (vLLM's min_p); 0 keeps all."""
     do_sample: bool = True
     """Sample (True) or decode greedily (False)."""
     prompt_length: int | None = None
