@@ -23,6 +23,7 @@ from thinkrl.checkpoint.state import Progress, load_checkpoint
 from thinkrl.config import Config, DerivedSizes, inactive_settings, validate
 from thinkrl.config.loading import config_to_dict
 from thinkrl.data.dataset import Prompt, PromptLoader, load_prompts
+from thinkrl.data.templates import stop_token_ids
 from thinkrl.errors import SetupError
 from thinkrl.metrics import MetricsLog
 from thinkrl.models.loading import eos_token_ids, load_causal_lm, load_tokenizer
@@ -231,7 +232,8 @@ def prompt_set(cfg: Config, tokenizer, *, files, key: str, template: str, log=pr
 
 def native_engine(cfg: Config, model, tokenizer, *, autocast) -> NativeEngine:
     """The rollout engine; its sampling seed derives from trainer.seed and rollout.seed."""
-    return NativeEngine(model, eos_token_ids=eos_token_ids(tokenizer, model),
+    stops = stop_token_ids((cfg.data.template, cfg.data.val_template), tokenizer)  # qwen_r1: <|im_end|>
+    return NativeEngine(model, eos_token_ids=eos_token_ids(tokenizer, model) + stops,
                         pad_token_id=tokenizer.pad_token_id,
                         seed=cfg.trainer.seed * 1000 + cfg.actor_rollout_ref.rollout.seed,
                         autocast=autocast)

@@ -211,3 +211,13 @@ def test_qwen_r1_takes_the_rows_system_message_and_one_question(tiny_tokenizer):
     dialogue = USER + [{"role": "assistant", "content": "2"}, {"role": "user", "content": "2+2?"}]
     with pytest.raises(ValueError, match="one question.*'user', 'assistant', 'user'.*template=chat"):
         render_prompt("qwen_r1", tiny_tokenizer, dialogue)
+
+
+def test_qwen_r1_stops_at_im_end_as_mindspeed_rl(qwen_tokenizer, tiny_tokenizer):
+    from thinkrl.data.templates import stop_token_ids
+
+    # Qwen2.5 base models end text with <|endoftext|> (151643); MindSpeed-RL's
+    # qwen_r1 also stops at <|im_end|> (151645), the end of the ChatML turn.
+    assert stop_token_ids(["qwen_r1"], qwen_tokenizer) == [151645]
+    assert stop_token_ids(["qwen_r1", None], tiny_tokenizer) == [tiny_tokenizer.eos_token_id]
+    assert stop_token_ids(["chat", "r1_system"], qwen_tokenizer) == []

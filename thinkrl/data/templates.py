@@ -49,6 +49,22 @@ TEMPLATES = ("chat", "qwen_r1", "r1_system")
 QWEN_R1_SYSTEM = "You are a helpful assistant."
 """MindSpeed-RL's `default_system` of `qwen_r1`."""
 _PLAIN_SPEAKERS = {"user": "User", "assistant": "Assistant"}
+STOP_WORDS: dict[str, tuple[str, ...]] = {"qwen_r1": ("<|im_end|>",)}
+"""MindSpeed-RL's `stop_words` of a template: generation ends there as at EOS.
+Qwen2.5 BASE models' EOS is <|endoftext|>, which a ChatML turn never reaches;
+without this stop the response would run on past the turn's <|im_end|>."""
+
+
+def stop_token_ids(templates, tokenizer) -> list[int]:
+    """Ids of the stop words of `templates` that are one token for `tokenizer`
+    (<|im_end|> on Qwen tokenizers: [151645]); [] for `chat` and `r1_system`."""
+    ids = set()
+    for template in templates:
+        for word in STOP_WORDS.get(template, ()):
+            encoded = tokenizer.encode(word, add_special_tokens=False)
+            if len(encoded) == 1:
+                ids.add(encoded[0])
+    return sorted(ids)
 
 
 def render_prompt(template: str, tokenizer, messages: list[dict],
