@@ -63,9 +63,13 @@ def run(args) -> int:
 
 def eval_config(args):
     """The recipe (if any) + overrides, then the flags on their config keys."""
+    from thinkrl.commands.common import mindspeed_translation
     from thinkrl.config import load_config
 
-    cfg = load_config(recipe_path(args.config) if args.config else None, args.overrides)
+    path = recipe_path(args.config) if args.config else None
+    translation = mindspeed_translation(path)  # a MindSpeed-RL file: its translated keys
+    cfg = (load_config(None, [*translation.overrides(), *args.overrides]) if translation
+           else load_config(path, args.overrides))
     rollout = cfg.actor_rollout_ref.rollout
     val = rollout.val_kwargs
     if args.model is not None:
