@@ -212,3 +212,15 @@ def test_config_convert_writes_a_recipe_that_loads_to_the_same_run(seeds, tmp_pa
     assert "#   actor_config.pipeline_model_parallel_size = 4" in text  # the table, as comments
     direct = load_config(None, translate_file(source).overrides())
     assert config_to_dict(load_config(out)) == config_to_dict(direct)
+
+
+def test_absent_keys_take_mindspeed_rl_defaults(copied):
+    path = copied / "grpo_trainer_qwen25_7b.yaml"
+    text = path.read_text().replace("  init_kl_coef: 0.05\n", "").replace("  rule_reward: false\n", "")
+    path.write_text(text)
+    rows = {row.key: row for row in translate_file(path).rows}
+    # rl_config.py: init_kl_coef 0.01 (with thinkrl's KL loss on), rule_reward True, base_acc
+    assert rows["rl_config.init_kl_coef (default)"].settings[f"{ARR}.actor.kl_loss_coef"] == 0.01
+    assert rows["rl_config.rule_reward (default)"].settings == {
+        "reward.verifiers": ["base_acc"], "reward.verifier_weights": [1.0]}
+    assert not rows["rl_config.rule_reward (default)"].differs

@@ -20,13 +20,13 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
 
-from thinkrl.config.mindspeed_rules import RULES, Row, Source, data_parquet
+from thinkrl.config.mindspeed_rules import DEFAULTS, RULES, Row, Source, data_parquet
 
 SECTIONS = tuple(RULES)
 """MindSpeed-RL's top-level sections, in file order."""
@@ -135,6 +135,11 @@ def translate_file(path: str | Path) -> Translation:
                 problems.append(f"{section}.model={value}: no model/{value}.yaml among the "
                                 f"defaults ({', '.join(models) or 'none'})")
             rows.append(rule(f"{section}.{key}", value, source))
+    for dotted, value in DEFAULTS.items():  # MindSpeed-RL's defaults for absent keys
+        section, key = dotted.split(".", 1)
+        if key not in (raw.get(section) or {}):
+            row = RULES[section][key](dotted, value, source)
+            rows.append(replace(row, key=f"{dotted} (default)"))
     if problems:
         raise ValueError(f"{path}: {len(problems)} key(s) thinkrl cannot translate:\n"
                          + "\n".join(f"  - {p}" for p in problems))

@@ -106,13 +106,12 @@ def data_parquet(data_path: str) -> str:
 
 
 def _split(key: str, value: Any, src: Source) -> Row:
-    parts = [p.strip() for p in str(value).split(",")]
-    note = "every row trains; no validation during the run"
-    if parts[1:] and any(float(p) for p in parts[1:] if p):
-        note = "NOT applied: thinkrl trains on every row of data.train_files"
-        return Row(key, value, {"trainer.val_before_train": False, "trainer.test_freq": -1}, note,
-                   differs=True)
-    return Row(key, value, {"trainer.val_before_train": False, "trainer.test_freq": -1}, note)
+    """`train,valid,test` weights; MindSpeed-RL's recipes train on everything (100,0,0)."""
+    held_out = any(float(p) for p in str(value).split(",")[1:] if p.strip())
+    note = ("NOT applied: thinkrl trains on every row of data.train_files" if held_out
+            else "every row trains; no validation during the run")
+    return Row(key, value, {"trainer.val_before_train": False, "trainer.test_freq": -1}, note,
+               differs=held_out)
 
 
 def _stage(key: str, value: Any, src: Source) -> Row:
@@ -182,18 +181,27 @@ def _adv(key: str, value: Any, src: Source) -> Row:
                "(score - group mean) / group std; token-mean loss as MindSpeed-RL's masked_mean")
 
 
+def _verifier_settings(src: Source) -> dict[str, Any]:
+    """`verifier_function` / `verifier_weight`, MindSpeed-RL's defaults where absent."""
+    return {"reward.verifiers": list(src.get("rl_config.verifier_function", ["base_acc"])),
+            "reward.verifier_weights": [float(w) for w in
+                                        src.get("rl_config.verifier_weight", [1.0])]}
+
+
 def _rule_reward(key: str, value: Any, src: Source) -> Row:
-    names = list(src.get("rl_config.verifier_function", ["base_acc"]))
-    weights = [float(w) for w in src.get("rl_config.verifier_weight", [1.0])]
-    settings = {"reward.verifiers": names, "reward.verifier_weights": weights}
+    settings = _verifier_settings(src)
     if value:
         return Row(key, value, settings, "rule verifiers score every response")
     return Row(key, value, settings, "MindSpeed-RL scores with the reward model of reward_config; "
-               f"thinkrl has none, so the verifiers {names} score instead", differs=True)
+               f"thinkrl has none, so the verifiers {settings['reward.verifiers']} score instead",
+               differs=True)
 
 
-def _verifier_list(key: str, value: Any, src: Source) -> Row:
-    return Row(key, value, {}, "see rl_config.rule_reward (reward.verifiers / verifier_weights)")
+def _verifier_list(target: str) -> Rule:
+    def rule(key: str, value: Any, src: Source) -> Row:
+        return Row(key, value, {target: _verifier_settings(src)[target]},
+                   "reward = sum of weight x verifier (thinkrl/rewards/verifiers.py)")
+    return rule
 
 
 def _tensorboard(key: str, value: Any, src: Source) -> Row:
@@ -320,8 +328,8 @@ RULES: dict[str, dict[str, Rule]] = {
         "shuffle_mini_batch": to(f"{_ARR}.actor.shuffle"),
         "n_samples_per_prompt": to(f"{_ARR}.rollout.n"),
         "rule_reward": _rule_reward,
-        "verifier_function": _verifier_list,
-        "verifier_weight": _verifier_list,
+        "verifier_function": _verifier_list("reward.verifiers"),
+        "verifier_weight": _verifier_list("reward.verifier_weights"),
         "verifier_parallel": to("reward.num_workers", note="scoring processes"),
         "verifier_timeout": to("reward.timeout_s",
                                note="seconds per response (MindSpeed-RL: per batch call)"),
@@ -357,3 +365,17 @@ RULES: dict[str, dict[str, Rule]] = {
         "sampling_config.seed": to(f"{_ARR}.rollout.seed"),
     },
 }
+
+
+DEFAULTS: dict[str, Any] = {
+    "rl_config.rule_reward": True,
+    "rl_config.adv_estimator": "group_norm",
+    "rl_config.init_kl_coef": 0.01,
+    "rl_config.kl_penalty": "low_var_kl",
+    "rl_config.mini_batch_size": 1,
+    "rl_config.max_prompt_length": 512,
+    "rl_config.entropy_coeff": 0.0,
+    "rl_config.n_samples_per_prompt": 1,
+}
+"""MindSpeed-RL's defaults (config_cls/rl_config.py) that differ from thinkrl's or
+imply other settings: a file without the key is translated as if it had this value."""
