@@ -170,6 +170,7 @@ def test_user_overrides_win_and_a_plain_recipe_is_not_translated(seeds, capsys):
                           ["trainer.device=cpu", "data.train_batch_size=8"], log=print)
     assert (cfg.trainer.device, cfg.data.train_batch_size, cfg.actor_rollout_ref.rollout.n) == (
         "cpu", 8, 2)
+    assert cfg.actor_rollout_ref.actor.optim.lr == 1e-7  # a number, though JSON writes "1e-07"
     assert "rl_config.n_samples_per_prompt = 2" in capsys.readouterr().out  # the table, at start
     assert not is_mindspeed_file(recipe_path("r1_zero"))
 
