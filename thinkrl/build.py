@@ -24,6 +24,7 @@ from thinkrl.checkpoint.state import Progress, load_checkpoint
 from thinkrl.config import Config, DerivedSizes, execution_backend, inactive_settings, validate
 from thinkrl.config.loading import config_to_dict
 from thinkrl.data.dataset import Prompt, PromptLoader, load_prompts
+from thinkrl.data.templates import stop_token_ids
 from thinkrl.errors import SetupError
 from thinkrl.metrics import MetricsLog
 from thinkrl.models.loading import eos_token_ids, load_generation_config, load_tokenizer
@@ -128,7 +129,7 @@ def build_run(cfg: Config, *, log=print) -> Run:
     total_steps = total_training_steps(cfg, batches_per_epoch=train_loader.batches_per_epoch)
 
     spec = RankSpec(cfg=cfg, sizes=sizes, model_path=model_path, total_steps=total_steps,
-                    eos_token_ids=tuple(eos_token_ids(tokenizer, load_generation_config(
+                    eos_token_ids=tuple(run_stop_ids(cfg, tokenizer, load_generation_config(
                         model_path, arr.model.trust_remote_code))),
                     pad_token_id=tokenizer.pad_token_id, tokenizer_size=len(tokenizer),
                     with_reference=arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward)
@@ -137,7 +138,8 @@ def build_run(cfg: Config, *, log=print) -> Run:
         rollout = arr.rollout
         sampling = SamplingParams(n=rollout.n, max_tokens=sizes.response_length,
                                   temperature=rollout.temperature, top_p=rollout.top_p,
-                                  top_k=rollout.top_k, do_sample=rollout.do_sample,
+                                  top_k=rollout.top_k, min_p=rollout.min_p,
+                                  do_sample=rollout.do_sample,
                                   ignore_eos=rollout.ignore_eos)
         val_sampling = validation_sampling(cfg, max_tokens=sizes.response_length)
 
@@ -219,9 +221,16 @@ def prompt_set(cfg: Config, tokenizer, *, files, key: str, template: str, log=pr
                         media_keys=(data.image_key, data.video_key), log=log)
 
 
+def run_stop_ids(cfg: Config, tokenizer, generation_config) -> list[int]:
+    """The ids that end a response: the model's EOS ids, plus the stop words
+    of the run's templates (qwen_r1: <|im_end|>, MindSpeed-RL's stop word)."""
+    stops = stop_token_ids((cfg.data.template, cfg.data.val_template), tokenizer)
+    return eos_token_ids(tokenizer, generation_config) + stops
+
+
 def native_engine(cfg: Config, model, tokenizer, *, autocast) -> NativeEngine:
     """The rollout engine; its sampling seed derives from trainer.seed and rollout.seed."""
-    return NativeEngine(model, eos_token_ids=eos_token_ids(tokenizer, model.generation_config),
+    return NativeEngine(model, eos_token_ids=run_stop_ids(cfg, tokenizer, model.generation_config),
                         pad_token_id=tokenizer.pad_token_id,
                         seed=cfg.trainer.seed * 1000 + cfg.actor_rollout_ref.rollout.seed,
                         autocast=autocast)

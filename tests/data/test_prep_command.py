@@ -74,8 +74,8 @@ def test_load_prompts_renders_the_prep_output_with_qwen_r1(train_jsonl, tmp_path
     tokenizer = load_tokenizer(str(tokenizer_dir))
     prompts = _load(tmp_path / "train.parquet", tokenizer, "qwen_r1")
     assert [p.sample.prompt_text for p in prompts] == [
-        f"<|im_start|>system\n{R1_INSTRUCTION}<|im_end|>\n<|im_start|>user\n{r['question']}"
-        "<|im_end|>\n<|im_start|>assistant\n" for r in RECORDS]
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
+        f"{R1_INSTRUCTION}\n{r['question']}<|im_end|>\n<|im_start|>assistant\n" for r in RECORDS]
     assert [p.sample.ground_truth for p in prompts] == ["2", "9"]
     assert tokenizer.decode(prompts[1].ids) == prompts[1].sample.prompt_text
     assert prompts[0].sample.extra_info["answer"] == RECORDS[0]["answer"]
@@ -102,7 +102,7 @@ def test_load_prompts_names_the_row_a_template_refuses(tmp_path, tokenizer_dir):
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "mixed.parquet")
     with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'mixed.parquet'}, row 1: the row "
                                                    "has its own system message")):
-        _load(tmp_path / "mixed.parquet", load_tokenizer(str(tokenizer_dir)), "qwen_r1")
+        _load(tmp_path / "mixed.parquet", load_tokenizer(str(tokenizer_dir)), "r1_system")
 
 
 def test_errors_exit_2_with_the_message(tmp_path, capsys):

@@ -7,7 +7,8 @@ import torch
 from doctor_helpers import context
 
 from thinkrl.doctor import run_check
-from thinkrl.doctor.model import check_config, check_fits, check_special_tokens, check_tokenizer, estimate_param_count
+from thinkrl.doctor.model import (check_chatml_markers, check_config, check_fits, check_special_tokens,
+                                  check_tokenizer, estimate_param_count)
 
 
 def _real_count(model: torch.nn.Module) -> int:
@@ -79,3 +80,22 @@ def test_an_uncached_hub_id_offline_fails_at_once_instead_of_retrying():
     assert check_tokenizer(ctx).status == "fail"
     [fits] = run_check(check_fits, ctx)
     assert fits.status == "skip" and "model/config" in fits.found
+
+
+class _ByteTokenizer:
+    """One token per byte: no ChatML marker is a single token."""
+
+    def encode(self, text, add_special_tokens=False):
+        return list(text.encode())
+
+
+def test_qwen_r1_markers_need_a_chatml_tokenizer(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    assert run_check(check_chatml_markers, context()) == []  # chat: nothing to check
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)  # ChatML specials, as Qwen's
+    row = check_chatml_markers(context("data.template=qwen_r1", tokenizer=tok))
+    assert row.status == "ok" and "stops at <|im_end|>" in row.found
+    row = check_chatml_markers(context("data.val_template=qwen_r1", tokenizer=_ByteTokenizer()))
+    assert row.status == "warn" and "<|im_start|> and <|im_end|>" in row.found
+    assert "data.template=r1_system" in row.fix

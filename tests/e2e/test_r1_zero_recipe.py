@@ -48,11 +48,13 @@ def test_two_steps_on_the_tiny_model(asset_cache, tiny_model_dir, tmp_path):
     assert records[1]["reward/format/mean"] == 0.0
     assert records[1]["reward/errors"] == 0 and records[1]["reward/timeouts"] == 0
     assert any(k.startswith("val-core/") for k in records[0])
-    # The model saw the R1-Zero prompt: the instruction as the system turn,
-    # the question after it, and nothing appended (prep --template qwen_r1).
+    # The model saw MindSpeed-RL's R1-Zero prompt: the default system turn, the
+    # instruction opening the user turn, the question after it, and nothing
+    # appended (prep --template qwen_r1).
     saved = Path(result.run_dir) / "generations" / "train_step_2.jsonl"
     generations = [json.loads(line) for line in saved.read_text().splitlines()]
     assert len(generations) == 2
     prompt = generations[0]["prompt"]
-    assert prompt.startswith(f"<|im_start|>system\n{R1_INSTRUCTION}<|im_end|>")
+    assert prompt.startswith("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+                             f"<|im_start|>user\n{R1_INSTRUCTION}\n")
     assert prompt.endswith("<|im_start|>assistant\n") and "####" not in prompt

@@ -289,3 +289,28 @@ def test_filters_match_transformers_warpers():
         assert (torch.isfinite(out).sum(-1) >= 1).all()
         # the most likely token of every row survives
         assert torch.isfinite(out.gather(-1, logits.argmax(-1, keepdim=True))).all()
+
+
+def test_min_p_by_hand():
+    # probs [0.5, 0.3, 0.15, 0.05] (ids 1, 3, 0, 2). min_p keeps p_i >= min_p * 0.5:
+    #   min_p 0.2 -> floor 0.1: drops 0.05     min_p 0.5 -> floor 0.25: keeps 0.5, 0.3
+    #   min_p 0.7 -> floor 0.35: keeps 0.5     min_p 0 -> keeps all
+    probs = torch.tensor([0.15, 0.5, 0.05, 0.3])
+    logits = probs.log()[None]
+
+    def kept(**kw):
+        out = filter_logits(logits, **{"top_k": -1, "top_p": 1.0, **kw})
+        return torch.isfinite(out)[0].nonzero()[:, 0].tolist()
+
+    assert kept(min_p=0.2) == [0, 1, 3]
+    assert kept(min_p=0.5) == [1, 3]
+    assert kept(min_p=0.7) == [1]
+    assert kept(min_p=0.0) == [0, 1, 2, 3]
+    assert torch.equal(filter_logits(logits, top_k=-1, top_p=1.0, min_p=0.2)[0, :2], logits[0, :2])
+    # min_p first, then top_p on what is left: after min_p 0.2 the kept probs are
+    # [0.5, 0.3, 0.15] / 0.95, so the mass above 0.15 is 0.8 / 0.95 = 0.842 >= 0.83
+    # and it goes; without min_p that mass is 0.8 < 0.83 and it stays.
+    assert kept(min_p=0.2, top_p=0.83) == [1, 3]
+    assert kept(top_p=0.83) == [0, 1, 3]
+    # with top_k 1 only the most likely token is left, whatever min_p says
+    assert kept(min_p=0.2, top_k=1) == [1]

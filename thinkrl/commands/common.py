@@ -45,7 +45,20 @@ def load_run_config(config: str | None, overrides: list[str], *, log=print):
 
     name = config or (None if overrides else "tiny")
     path = None if name is None else recipe_path(name)
+    translation = mindspeed_translation(path)
+    if translation is not None:  # MindSpeed-RL's layout: its keys become overrides, the user's win
+        log(translation.table())
+        return load_config(None, [*translation.overrides(), *overrides])
     log(f"recipe: {path}" if path else
         "recipe: none, verl's defaults + the overrides given "
         "(to change the tiny recipe instead: thinkrl ... --config tiny key=value ...)")
     return load_config(path, overrides)
+
+
+def mindspeed_translation(path: Path | None):
+    """The translation of a MindSpeed-RL trainer config, or None for other recipes."""
+    from thinkrl.config.mindspeed import is_mindspeed_file, translate_file
+
+    if path is None or not is_mindspeed_file(path):
+        return None
+    return translate_file(path)

@@ -30,6 +30,15 @@ def run(args) -> int:
         print(message, file=sys.stderr)
 
     cfg = load_run_config(args.config, args.overrides, log=note)
-    results = diagnose(cfg, log=note)
+    results = mindspeed_results(args.config, cfg) + diagnose(cfg, log=note)
     print(to_json(results) if args.json else table(results) + f"\n\n{summary(results)}")
     return 1 if has_failure(results) else 0
+
+
+def mindspeed_results(config: str | None, cfg) -> list:
+    """The MindSpeed-RL data-prefix row when `config` is a MindSpeed-RL file."""
+    from thinkrl.commands.common import mindspeed_translation, recipe_path
+    from thinkrl.doctor.mindspeed import check_data_prefix
+
+    translation = mindspeed_translation(recipe_path(config)) if config else None
+    return [] if translation is None else [check_data_prefix(translation, cfg)]

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from thinkrl.commands.common import command_parser, console_log, recipe_path
+from thinkrl.data.templates import TEMPLATES
 
 
 def add_parser(sub) -> None:
@@ -40,7 +41,7 @@ def add_parser(sub) -> None:
                         help="response length limit (rollout.response_length)")
     parser.add_argument("--batch-size", type=int,
                         help="prompts per generate call (data.val_batch_size)")
-    parser.add_argument("--template", choices=("chat", "qwen_r1"),
+    parser.add_argument("--template", choices=TEMPLATES,
                         help="prompt template (data.val_template)")
     parser.add_argument("--out", help="output folder (default: runs/eval/<model>-<time>)")
     parser.add_argument("--config", help="recipe YAML file or built-in recipe name "
@@ -62,9 +63,13 @@ def run(args) -> int:
 
 def eval_config(args):
     """The recipe (if any) + overrides, then the flags on their config keys."""
+    from thinkrl.commands.common import mindspeed_translation
     from thinkrl.config import load_config
 
-    cfg = load_config(recipe_path(args.config) if args.config else None, args.overrides)
+    path = recipe_path(args.config) if args.config else None
+    translation = mindspeed_translation(path)  # a MindSpeed-RL file: its translated keys
+    cfg = (load_config(None, [*translation.overrides(), *args.overrides]) if translation
+           else load_config(path, args.overrides))
     rollout = cfg.actor_rollout_ref.rollout
     val = rollout.val_kwargs
     if args.model is not None:

@@ -1,4 +1,4 @@
-"""`thinkrl prep SOURCE --input PATH --output DIR [--template chat|qwen_r1] ...`
+"""`thinkrl prep SOURCE --input PATH --output DIR [--template chat|qwen_r1|r1_system] ...`
 
 Converts a public data set into verl's RL parquet schema (`train.parquet`,
 `test.parquet`), ready for data.train_files / data.val_files.
@@ -13,13 +13,20 @@ source's instruction ("Let's think step by step ...") is appended to each
 question; `qwen_r1` carries its own instruction. --show N prints the first N
 prompts exactly as the model will see them, with their token counts.
 
+A MindSpeed-RL data preprocessing config (configs/datasets/*.yaml) is read
+as it is: --mindspeed-config FILE writes its `input` with its `prompt_type`
+and `map_keys` to <output_prefix>/train.parquet (or --output).
+
 Examples:
+  thinkrl prep --mindspeed-config configs/datasets/r1_zero_qwen25_7b.yaml
   thinkrl prep gsm8k --input ../shared/data/gsm8k --output data/gsm8k
   thinkrl prep math --input math500/test.jsonl --output data/math500 --template qwen_r1 --show 2
   thinkrl prep orz --input aime2024.json --split test --output data/aime
 """
 
 from __future__ import annotations
+
+import argparse
 
 from thinkrl.commands.common import command_parser
 
@@ -33,11 +40,15 @@ DEFAULT_TOKENIZER = "builtin:tiny-qwen2"
 def add_parser(sub) -> None:
     parser = command_parser(sub, "prep", doc=__doc__,
                             help="convert a data set into verl parquet files")
-    parser.add_argument("source", choices=SOURCES, help="which kind of data set")
+    parser.add_argument("source", choices=SOURCES, nargs="?",
+                        help="which kind of data set (none with --mindspeed-config)")
+    parser.add_argument("--mindspeed-config", metavar="FILE",
+                        help="a MindSpeed-RL dataset config (configs/datasets/*.yaml) to follow")
     parser.add_argument("--input", nargs="+", action="extend", default=[], metavar="PATH",
                         help="input files or folders (a folder: its train*/test* files)")
-    parser.add_argument("--output", required=True, metavar="DIR",
-                        help="folder for train.parquet / test.parquet")
+    parser.add_argument("--output", metavar="DIR",
+                        help="folder for train.parquet / test.parquet (required unless "
+                             "--mindspeed-config gives output_prefix)")
     parser.add_argument("--template", choices=TEMPLATES, default="chat",
                         help="the data.template the rows are for (default: chat)")
     parser.add_argument("--split", nargs="+", action="extend", metavar="NAME",
@@ -48,9 +59,9 @@ def add_parser(sub) -> None:
     parser.add_argument("--tokenizer", metavar="PATH",
                         help="tokenizer for --show (default: the built-in tiny model's)")
     parser.add_argument("--data-source", help="data_source to write (required for jsonl)")
-    jsonl = parser.add_argument_group("jsonl source")
-    jsonl.add_argument("--question-field", default="question", help="default: question")
-    jsonl.add_argument("--answer-field", default="answer", help="default: answer")
+    jsonl = parser.add_argument_group("jsonl source (and flat orz records)")
+    jsonl.add_argument("--question-field", help="default: question (orz: problem)")
+    jsonl.add_argument("--answer-field", help="default: answer")
     jsonl.add_argument("--ability", default="math", help="default: math")
     jsonl.add_argument("--instruction", help="sentence appended to each question (chat template)")
 
@@ -60,12 +71,23 @@ def run(args) -> int:
 
     if args.show < 0:
         raise ValueError(f"--show {args.show}: give a count >= 0")
+    if args.mindspeed_config:
+        return _run_mindspeed(args)
+    if args.source is None:
+        raise ValueError("thinkrl prep needs a SOURCE (" + ", ".join(SOURCES) + ") or "
+                         "--mindspeed-config FILE")
+    if args.output is None:
+        raise ValueError(f"thinkrl prep {args.source} needs --output DIR")
+    fields = None
+    if args.question_field or args.answer_field:
+        default = generic.FieldNames()
+        fields = generic.FieldNames(question=args.question_field or default.question,
+                                    answer=args.answer_field or default.answer)
     request = PrepRequest(source=args.source, output=args.output, inputs=list(args.input),
                           template=args.template, splits=args.split,
                           data_source=args.data_source, ability=args.ability,
                           instruction=args.instruction,
-                          fields=generic.FieldNames(question=args.question_field,
-                                                    answer=args.answer_field))
+                          fields=fields)
     written = prepare(request)
     for item in written:
         print(f"{item.split}: {item.rows} rows -> {item.path}")
@@ -73,6 +95,23 @@ def run(args) -> int:
         show_prompts(written, template=args.template, count=args.show,
                      tokenizer_path=args.tokenizer or DEFAULT_TOKENIZER)
     return 0
+
+
+def _run_mindspeed(args) -> int:
+    """`--mindspeed-config FILE`: the request that file describes."""
+    from thinkrl.data.prep.mindspeed import read_dataset_config
+
+    if args.source or args.input or args.split or args.question_field or args.answer_field:
+        raise ValueError("--mindspeed-config gives the source, input, split and fields itself; "
+                         "drop SOURCE/--input/--split/--question-field/--answer-field "
+                         "(--output, --show and --tokenizer still apply)")
+    dataset = read_dataset_config(args.mindspeed_config)
+    command = dataset.prep_args(args.output)
+    print(f"{dataset.path}: thinkrl prep {' '.join(command)}")
+    sub = argparse.ArgumentParser(add_help=False)
+    add_parser(sub.add_subparsers(dest="command"))
+    return run(sub.parse_args(["prep", *command, "--show", str(args.show),
+                               *(["--tokenizer", args.tokenizer] if args.tokenizer else [])]))
 
 
 def show_prompts(written, *, template: str, count: int, tokenizer_path: str) -> None:

@@ -31,13 +31,14 @@ def run(args) -> int:
     log = console_log()
     cfg = load_run_config(args.config, args.overrides, log=log)
     if not args.skip_doctor:
-        preflight(cfg, log=log)
+        from thinkrl.commands.doctor import mindspeed_results
+        preflight(cfg, log=log, extra=mindspeed_results(args.config, cfg))
     result = train(cfg, log=log)
     _summary(result, log)
     return 0
 
 
-def preflight(cfg, *, log) -> None:
+def preflight(cfg, *, log, extra: list = ()) -> None:
     """The doctor's checks: print what is not ok; raise ValueError on a failure."""
     from thinkrl.config import validate
     from thinkrl.doctor import diagnose, has_failure
@@ -45,7 +46,7 @@ def preflight(cfg, *, log) -> None:
 
     validate(cfg)  # a config error keeps its own one-message form (and skips the slow checks)
     start = time.perf_counter()
-    everything = diagnose(cfg, log=log)  # e.g. building the built-in model the first time
+    everything = [*extra, *diagnose(cfg, log=log)]  # e.g. building the built-in model the first time
     results = [r for r in everything if r.status != "ok"]
     log(f"doctor: {len(everything) - len(results)} of {len(everything)} checks ok "
         f"({time.perf_counter() - start:.1f} s; `thinkrl doctor` shows them all)")

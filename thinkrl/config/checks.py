@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from thinkrl.config.schema import Config
+from thinkrl.config.verifier_checks import reward_verifier_problems
 from thinkrl.data.templates import TEMPLATES
 from thinkrl.loggers import logger_problems
 
@@ -79,6 +80,7 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     f"{_ARR}.rollout.temperature": (lambda v: v >= 0, "use a temperature >= 0, e.g. 1.0"),
     f"{_ARR}.rollout.top_p": (lambda v: 0 < v <= 1, "use a value in (0, 1], e.g. 1.0"),
     f"{_ARR}.rollout.top_k": (lambda v: v == -1 or v >= 1, "use -1 (keep all tokens) or a count >= 1"),
+    f"{_ARR}.rollout.min_p": (lambda v: 0 <= v < 1, "use a value in [0, 1), e.g. 0.0 (off) or 0.05"),
     f"{_ARR}.rollout.val_kwargs.temperature": (lambda v: v >= 0, "use a temperature >= 0, e.g. 0.0"),
     f"{_ARR}.rollout.val_kwargs.top_p": (lambda v: 0 < v <= 1, "use a value in (0, 1], e.g. 1.0"),
     f"{_ARR}.rollout.val_kwargs.top_k": (lambda v: v == -1 or v >= 1, "use -1 (keep all tokens) or a count >= 1"),
@@ -237,6 +239,8 @@ def _check_combinations(cfg: Config, bad: Callable[[str, str], None], problems: 
             f"  - custom_reward_function.path={cfg.custom_reward_function.path} and reward.scorer="
             f"{cfg.reward.scorer}: the custom function scores every row, so reward.scorer would be "
             "ignored; remove one of them")
+    problems.extend(f"  - {problem}" for problem in
+                    reward_verifier_problems(cfg.reward, cfg.custom_reward_function.path))
     world = cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes
     if cfg.trainer.backend == "local" and world > 1:
         bad("trainer.backend", f"the local backend drives one device, but trainer.n_gpus_per_node x "

@@ -191,6 +191,8 @@ class RolloutConfig:
     """Nucleus sampling mass in (0, 1]."""
     n: int = 1
     """Responses per prompt (GRPO group size; must be >= 2 for GRPO)."""
+    min_p: float = 0.0
+    """Drop tokens less likely than ``min_p`` times the most likely one (vLLM's min_p); 0 keeps all."""
     do_sample: bool = True
     """Sample (True) or decode greedily (False)."""
     prompt_length: int | None = None
@@ -310,8 +312,10 @@ class DataConfig:
     apply_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra keyword arguments to ``tokenizer.apply_chat_template``."""
     template: str = "chat"
-    """thinkrl: how prompts are rendered: "chat" (the tokenizer's chat template)
-    or "qwen_r1" (the R1-Zero "A conversation between User and Assistant ..." prompt)."""
+    """thinkrl: how prompts are rendered: "chat" (the tokenizer's chat template),
+    "qwen_r1" (MindSpeed-RL's R1-Zero prompt, byte for byte: the "A conversation between
+    User and Assistant ..." instruction in the user turn) or "r1_system" (that instruction as
+    the system turn of the tokenizer's own chat template); see thinkrl/data/templates.py."""
     val_template: str | None = None
     """thinkrl: the template of the validation set; None uses ``data.template``."""
 
@@ -455,6 +459,12 @@ class RewardConfig:
     """Scoring processes; 0 scores in the main process (then a hang cannot be stopped)."""
     zero_reward_warn_steps: int = 5
     """Warn when every reward of this many steps in a row is 0; 0 never warns."""
+    verifiers: list[str] = field(default_factory=list)
+    """MindSpeed-RL rule verifiers that score every row instead of ``scorer``: any of
+    "format", "strict_format", "base_acc", "acc" (its ``rl_config.verifier_function``;
+    see thinkrl/rewards/verifiers.py); empty: not used."""
+    verifier_weights: list[float] = field(default_factory=list)
+    """One weight per verifier; the reward is the weighted sum (``verifier_weight``)."""
 
 
 @dataclass

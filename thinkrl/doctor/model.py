@@ -15,7 +15,7 @@ from thinkrl.errors import problem_and_fix
 
 REWARD_MARKUP = ("<think>", "</think>", "<answer>", "</answer>", "\\boxed{")
 """What the r1 and math rewards look for in a decoded response."""
-_R1_RUN = ("qwen_r1",)
+_R1_RUN = ("qwen_r1", "r1_system")
 
 
 def fetchable(ctx: DoctorContext, path: str) -> str:
@@ -197,4 +197,22 @@ def check_fits(ctx: DoctorContext) -> CheckResult:
               f"{sizes.prompt_length} + {sizes.response_length} tokens <= {limit} positions")
 
 
-CHECKS = [check_config, check_tokenizer, check_special_tokens, check_fits]
+def check_chatml_markers(ctx: DoctorContext) -> CheckResult | list[CheckResult]:
+    """qwen_r1 writes ChatML markers as literal text (as MindSpeed-RL does):
+    on a tokenizer without them as tokens they become ordinary text."""
+    data = ctx.cfg.data
+    if "qwen_r1" not in (data.template, data.val_template):
+        return []
+    tok = ctx.tokenizer
+    split = [m for m in ("<|im_start|>", "<|im_end|>")
+             if len(tok.encode(m, add_special_tokens=False)) != 1]
+    if not split:
+        return ok("model/chatml", "data.template=qwen_r1: <|im_start|> and <|im_end|> are single "
+                                  "tokens; generation also stops at <|im_end|>")
+    return warn("model/chatml", f"data.template=qwen_r1 writes ChatML markers, but the tokenizer "
+                f"splits {' and '.join(split)} into several tokens (not a Qwen-style tokenizer)",
+                "use data.template=r1_system (the R1 instruction in the tokenizer's own chat "
+                "template) or chat")
+
+
+CHECKS = [check_config, check_tokenizer, check_special_tokens, check_chatml_markers, check_fits]

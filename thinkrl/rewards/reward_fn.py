@@ -15,6 +15,7 @@ from typing import Any, Iterable, NamedTuple
 
 from thinkrl.rewards.custom import RewardFunction, load_reward_function
 from thinkrl.rewards.registry import SCORER_NAMES, ScorerSettings, make_scorer, scorer_name_for
+from thinkrl.rewards.verifiers import WeightedVerifiers
 
 
 class Task(NamedTuple):
@@ -43,11 +44,14 @@ class RewardFnSpec:
     """How to build the run's reward function (picklable: sent to workers)."""
 
     scorer: str = "auto"
-    """"auto" (by data_source) or one of SCORER_NAMES for every row."""
+    """"auto" (by data_source) or one of SCORER_NAMES for every row (unless verifiers are set)."""
     settings: ScorerSettings = field(default_factory=ScorerSettings)
     custom_path: str | None = None
     """A user's Python file; when set it scores every row (as in verl)."""
     custom_name: str = "compute_score"
+    verifiers: tuple[str, ...] = ()
+    """MindSpeed-RL verifier names (`reward.verifiers`); when set they score every row."""
+    verifier_weights: tuple[float, ...] = ()
 
     @classmethod
     def from_config(cls, cfg: Any) -> "RewardFnSpec":
@@ -56,12 +60,15 @@ class RewardFnSpec:
                                   r1_format_weight=reward.r1_format_weight,
                                   r1_accuracy_weight=reward.r1_accuracy_weight)
         return cls(scorer=reward.scorer, settings=settings, custom_path=custom.path or None,
-                   custom_name=custom.name)
+                   custom_name=custom.name, verifiers=tuple(reward.verifiers),
+                   verifier_weights=tuple(float(w) for w in reward.verifier_weights))
 
     def build(self) -> RewardFunction:
         """A function with verl's signature; ValueError for a bad choice or file."""
         if self.custom_path:
             return load_reward_function(self.custom_path, self.custom_name)
+        if self.verifiers:
+            return WeightedVerifiers(self.verifiers, self.verifier_weights)
         if self.scorer == "auto":
             return _ByDataSource(self.settings)
         if self.scorer not in SCORER_NAMES:
@@ -72,7 +79,7 @@ class RewardFnSpec:
     def check_sources(self, data_sources: Iterable[str]) -> None:
         """ValueError naming every data source that has no scorer (auto only:
         a forced scorer or a user function takes every row)."""
-        if self.custom_path or self.scorer != "auto":
+        if self.custom_path or self.verifiers or self.scorer != "auto":
             return
         unknown = []
         for source in sorted(set(data_sources)):

@@ -24,6 +24,8 @@ class SamplingParams:
     top_p: float = 1.0
     top_k: int = -1
     """-1 keeps the whole vocabulary."""
+    min_p: float = 0.0
+    """Drop tokens less likely than min_p times the most likely one; 0 keeps all."""
     do_sample: bool = True
     """False (or temperature 0) decodes greedily."""
     ignore_eos: bool = False

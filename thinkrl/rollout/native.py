@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Callable, ContextManager, Iterable
 
 import contextlib
+import math
 
 import torch
 from torch import Tensor
@@ -23,8 +24,21 @@ from thinkrl.records import FINISH_LENGTH, FINISH_STOP, PromptBatch, Rollouts
 from thinkrl.rollout.base import SamplingParams
 
 
-def filter_logits(logits: Tensor, *, top_k: int, top_p: float) -> Tensor:
-    """Set logits outside the top-k / nucleus (top-p) set to -inf. [N, V] -> [N, V]."""
+def filter_logits(logits: Tensor, *, top_k: int, top_p: float, min_p: float = 0.0) -> Tensor:
+    """Set logits outside the min-p, top-k and nucleus (top-p) sets to -inf. [N, V] -> [N, V].
+
+    In that order, as vLLM's V1 sampler applies them to the tempered logits:
+    - min_p: drop token i when p_i < min_p * max_j p_j (p = softmax(logits));
+      equivalently logit_i < max_j logit_j + ln(min_p). 0 keeps everything;
+      the most likely token always stays.
+    - top_k: keep the k largest logits (-1 keeps all).
+    - top_p: keep the smallest most-likely set whose mass reaches top_p, the
+      mass measured after the filters before it.
+    """
+    if min_p > 0.0:
+        # p_i / p_max = exp(logit_i - logit_max): no softmax needed.
+        floor = logits.max(dim=-1, keepdim=True).values + math.log(min_p)
+        logits = logits.masked_fill(logits < floor, float("-inf"))
     if top_k > 0 and top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -148,7 +162,8 @@ class NativeEngine:
             return token, torch.log_softmax(logits, -1).gather(-1, token[:, None])[:, 0]
         scaled = logits / params.temperature
         logp = torch.log_softmax(scaled, -1)
-        filtered = filter_logits(scaled, top_k=params.top_k, top_p=params.top_p)
+        filtered = filter_logits(scaled, top_k=params.top_k, top_p=params.top_p,
+                                 min_p=params.min_p)
         probs = torch.softmax(filtered, -1)
         token = torch.multinomial(probs, 1, generator=self.generator)[:, 0]
         return token, logp.gather(-1, token[:, None])[:, 0]

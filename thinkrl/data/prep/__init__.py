@@ -54,8 +54,9 @@ class PrepRequest:
     """`jsonl` only: the rows' ability label."""
     instruction: str | None = None
     """`jsonl` only: sentence appended to each question under the chat template."""
-    fields: generic.FieldNames = field(default_factory=generic.FieldNames)
-    """`jsonl` only: which fields hold the question and the answer."""
+    fields: generic.FieldNames | None = None
+    """`jsonl` (default question/answer) and flat `orz` records (default
+    problem/answer): which fields hold the question and the answer."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +108,9 @@ def _examples_by_split(request: PrepRequest) -> dict[str, list[Example]]:
 def _read(request: PrepRequest, path: Path) -> list[Example]:
     if request.source == "jsonl":
         return generic.read(path, data_source=request.data_source, ability=request.ability,
-                            fields=request.fields)
+                            fields=request.fields or generic.FieldNames())
+    if request.source == "orz":
+        return orz.read(path, data_source=request.data_source, fields=request.fields)
     return _FILE_READERS[request.source](path, data_source=request.data_source)
 
 

@@ -1,11 +1,14 @@
-"""Open-Reasoner-Zero's JSON files, in either of its two layouts (told apart
-by the first item):
+"""Open-Reasoner-Zero's JSON files, in any of three layouts (told apart by
+the first item):
 
 - training sets (`orz_math_57k_collected.json`, ...): a JSON array of
   two-turn dialogues,
   `[{"from": "human", "value": Q}, {"from": "assistant", "ground_truth": {"value": A}}]`;
 - eval sets (`data/eval_data/aime2024.json`, ...): a JSON array of
-  `{"prompt": [{"from": "user", "value": Q}], "final_answer": A}`.
+  `{"prompt": [{"from": "user", "value": Q}], "final_answer": A}`;
+- flat records `{"problem": Q, "answer": A}` (the layout MindSpeed-RL's ORZ
+  dataset config reads through `map_keys`; other field names with
+  `--question-field` / `--answer-field`), written as training rows.
 
 data_source: `orz/math` for training files; `orz/<file stem>` for eval
 files (`orz/aime2024`, `orz/math500`, `orz/gpqa_diamond`), so validation
@@ -17,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from thinkrl.data.prep import competition_math
+from thinkrl.data.prep.generic import FieldNames
 from thinkrl.data.prep.examples import Example
 from thinkrl.data.prep.reading import InputRecord, read_records, text_field
 
@@ -25,6 +29,8 @@ EVAL_SOURCE_PREFIX = "orz/"
 ABILITY = "math"
 # ORZ sets are competition math with \boxed answers: the same sentence as MATH.
 INSTRUCTION = competition_math.INSTRUCTION
+FLAT_FIELDS = FieldNames(question="problem", answer="answer")
+"""Fields of flat records, as MindSpeed-RL's r1_zero dataset config maps them."""
 
 
 def _is_dialogue(value) -> bool:
@@ -55,10 +61,23 @@ def _eval_example(record: InputRecord, data_source: str) -> Example:
                    ability=ABILITY, original={"question": question, "answer": answer})
 
 
-def read(path: Path, *, data_source: str | None = None) -> list[Example]:
+def _flat_example(record: InputRecord, data_source: str, fields: FieldNames) -> Example:
+    question, answer = text_field(record, fields.question), text_field(record, fields.answer)
+    return Example(question=question, ground_truth=answer, data_source=data_source,
+                   ability=ABILITY, original={"question": question, "answer": answer})
+
+
+def read(path: Path, *, data_source: str | None = None,
+         fields: FieldNames | None = None) -> list[Example]:
+    """`fields` names the question and answer of flat records (default
+    `FLAT_FIELDS`); the two ORZ layouts ignore it."""
     records = read_records(path)
-    if _is_dialogue(records[0].value):
+    first = records[0].value
+    if _is_dialogue(first):
         source = data_source or TRAIN_SOURCE
         return [_train_example(r, source) for r in records]
+    if isinstance(first, dict) and "prompt" not in first:
+        source = data_source or TRAIN_SOURCE
+        return [_flat_example(r, source, fields or FLAT_FIELDS) for r in records]
     source = data_source or EVAL_SOURCE_PREFIX + path.stem.lower()
     return [_eval_example(r, source) for r in records]
