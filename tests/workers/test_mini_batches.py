@@ -38,7 +38,7 @@ def test_mini_batch_scale_spans_the_whole_mini_batch_on_every_share():
     [mini] = plan_mini_batches(batch, mini_batch_size=4, epochs=1, shuffle=False,
                                generator=torch.Generator(), response_length=4)
     assert mini.scale.num_tokens == 10 and mini.scale.num_seqs == 4
-    parts = split_mini_batch(mini, 2)
+    parts = split_mini_batch(mini, balanced_shares(mini.batch.attention_mask.sum(-1), 2))
     assert [len(p.batch) for p in parts] == [2, 2]
     assert all(p.scale == mini.scale for p in parts)  # the global normaliser travels
     assert sum(float(p.batch.response_mask.sum()) for p in parts) == 10

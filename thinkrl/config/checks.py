@@ -375,6 +375,7 @@ def inactive_settings(cfg: Config) -> list[str]:
             "max_model_len", "max_num_seqs", "load_format", "disable_log_stats", "dtype",
         )), "it configures vLLM/SGLang and rollout.name=native")
     if execution_backend(cfg) == "local":
+        note(("trainer.balance_batch",), "one process gets every response")
         note(tuple(f"{_ARR}.{role}.fsdp_config.{k}" for role in ("actor", "ref") for k in fsdp)
              + (f"{_ARR}.actor.strategy", f"{_ARR}.nccl_timeout"),
              "trainer.backend=local runs in one process without FSDP sharding")
@@ -405,7 +406,7 @@ def inactive_settings(cfg: Config) -> list[str]:
     if cfg.reward.scorer != "r1":
         note(("reward.r1_format_weight", "reward.r1_accuracy_weight"), "reward.scorer is not r1")
     note(("data.return_raw_chat", "data.return_full_prompt",
-          "data.validation_shuffle", f"{rollout}.calculate_log_probs", "trainer.balance_batch",
+          "data.validation_shuffle", f"{rollout}.calculate_log_probs",
           "reward_model.reward_manager"),
          "thinkrl has no equivalent for it yet (one device, one reward path)")
     actor = cfg.actor_rollout_ref.actor

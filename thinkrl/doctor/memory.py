@@ -36,11 +36,11 @@ from thinkrl.doctor.core import CheckResult, DoctorContext, NotChecked, fail, gi
 
 WARN_FRACTION = 0.85
 _ARR = "actor_rollout_ref"
-_ONE_DEVICE = ("the local backend keeps all of it on one device (sharding over devices comes "
-               "with the Ray/FSDP2 backend in a later release)")
+_ONE_DEVICE = ("one device holds all of it; with more devices (trainer.n_gpus_per_node, "
+               "trainer.nnodes) FSDP2 shards it over them")
 FIXES = {
-    # Only what trainer.backend=local with the native engine accepts now
-    # (thinkrl.build.check_backend refuses ray, several devices, other engines).
+    # Only what the native engine accepts now (thinkrl.build.check_backend
+    # refuses other engines).
     "weights": f"use a smaller model ({_ARR}.model.path): fp32 weights, gradients and AdamW "
                f"take 16 bytes per parameter and {_ONE_DEVICE}",
     "AdamW": f"use a smaller model ({_ARR}.model.path): AdamW's two fp32 moments take 8 bytes "

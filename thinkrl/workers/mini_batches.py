@@ -72,9 +72,7 @@ def contiguous_shares(n: int, parts: int) -> list[Tensor]:
     return [torch.arange(bounds[p], bounds[p + 1]) for p in range(parts)]
 
 
-def split_mini_batch(mini: MiniBatch, parts: int) -> list[MiniBatch]:
-    """One rank's share of a mini-batch per part, each with the whole
-    mini-batch's normalisers."""
-    tokens = mini.batch.attention_mask.sum(-1)
-    return [MiniBatch(mini.batch.select(rows), mini.scale)
-            for rows in balanced_shares(tokens, parts)]
+def split_mini_batch(mini: MiniBatch, shares: list[Tensor]) -> list[MiniBatch]:
+    """Each rank's rows of a mini-batch (`shares`, row numbers per rank), each
+    with the whole mini-batch's normalisers."""
+    return [MiniBatch(mini.batch.select(rows), mini.scale) for rows in shares]

@@ -243,13 +243,21 @@ def _gather_rows(parts: list[torch.Tensor], shares: list[torch.Tensor]) -> torch
     return out
 
 
+def row_shares(group: RayWorkerGroup, attention_mask: torch.Tensor) -> list[torch.Tensor]:
+    """Rows per rank, equal in count: balanced by tokens (trainer.balance_batch,
+    verl's name) or consecutive."""
+    if group.spec.cfg.trainer.balance_batch:
+        return balanced_shares(attention_mask.sum(-1), group.world_size)
+    return contiguous_shares(attention_mask.shape[0], group.world_size)
+
+
 class _LogProbs:
     def __init__(self, group: RayWorkerGroup, method: str, stage: str) -> None:
         self.group, self.method, self.stage = group, method, stage
 
     def __call__(self, input_ids, attention_mask, position_ids, *, response_length: int):
-        """[N, P + R] -> [N, R]: rows balanced by tokens, equal counts per rank."""
-        shares = balanced_shares(attention_mask.sum(-1), self.group.world_size)
+        """[N, P + R] -> [N, R]: equal row counts per rank (see row_shares)."""
+        shares = row_shares(self.group, attention_mask)
         parts = self.group.call_all(self.stage, self.method,
                                     _scatter_rows((input_ids, attention_mask, position_ids), shares),
                                     response_length=response_length)
@@ -276,7 +284,8 @@ class ActorHandle:
                                   generator=self.shuffle_generator,
                                   response_length=self.group.spec.sizes.response_length)
         world = self.group.world_size
-        shares = [split_mini_batch(m, world) for m in minis]
+        shares = [split_mini_batch(m, row_shares(self.group, m.batch.attention_mask))
+                  for m in minis]
         per_rank = [([s[r] for s in shares],) for r in range(world)]
         # Metrics are reduced across ranks inside the update: rank 0 has them all.
         return self.group.call_all("update_actor", "update_on", per_rank)[0]
