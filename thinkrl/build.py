@@ -33,7 +33,7 @@ from thinkrl.rewards.scorer import RewardScorer
 from thinkrl.rewards.watch import ZeroRewardWatch
 from thinkrl.rollout.base import RolloutEngine, SamplingParams
 from thinkrl.rollout.native import NativeEngine
-from thinkrl.workers.policy_rank import PolicyRank, RankSpec
+from thinkrl.workers.policy_rank import PolicyRank, RankSpec, sampling_seed
 
 if TYPE_CHECKING:
     from thinkrl.workers.actor import ActorWorker
@@ -89,10 +89,17 @@ class Run:
 
 
 def check_backend(cfg: Config) -> None:
-    if execution_backend(cfg) == "ray" and importlib.util.find_spec("ray") is None:
-        raise SetupError(f"trainer.backend=ray ({cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes} "
-                         "devices) needs Ray, which is not installed",
-                         "pip install 'thinkrl[ray]' (or use one device: trainer.n_gpus_per_node=1)")
+    if execution_backend(cfg) == "ray":
+        devices = cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes
+        if importlib.util.find_spec("ray") is None:
+            raise SetupError(f"trainer.backend=ray ({devices} devices) needs Ray, which is not "
+                             "installed", "pip install 'thinkrl[ray]' (or use one device: "
+                             "trainer.n_gpus_per_node=1)")
+        from torch.distributed.fsdp import FSDPModule
+        if not hasattr(FSDPModule, "set_force_sum_reduction_for_comms"):
+            raise SetupError(f"trainer.backend=ray needs FSDP2's summed gradient reduction, "
+                             f"which torch {torch.__version__} lacks",
+                             "install torch >= 2.8 (the Makefile's TORCH_SPEC pins 2.13.0)")
     if cfg.actor_rollout_ref.rollout.name != "native":
         raise SetupError(f"actor_rollout_ref.rollout.name={cfg.actor_rollout_ref.rollout.name} "
                          "is not available in this release", "use rollout.name=native")
@@ -232,7 +239,7 @@ def native_engine(cfg: Config, model, tokenizer, *, autocast) -> NativeEngine:
     """The rollout engine; its sampling seed derives from trainer.seed and rollout.seed."""
     return NativeEngine(model, eos_token_ids=run_stop_ids(cfg, tokenizer, model.generation_config),
                         pad_token_id=tokenizer.pad_token_id,
-                        seed=cfg.trainer.seed * 1000 + cfg.actor_rollout_ref.rollout.seed,
+                        seed=sampling_seed(cfg),
                         autocast=autocast)
 
 

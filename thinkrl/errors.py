@@ -13,6 +13,9 @@ class SetupError(ValueError):
         super().__init__(f"{problem}; {fix}")
         self.problem, self.fix = problem, fix
 
+    def __reduce__(self):  # pickled whole (it crosses from Ray workers to the driver)
+        return type(self), (self.problem, self.fix)
+
 
 def problem_and_fix(err: Exception, *, default_fix: str = "see the message") -> tuple[str, str]:
     """(problem, fix) of any error: a SetupError's own parts, else the whole message."""

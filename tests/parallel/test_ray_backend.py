@@ -99,6 +99,17 @@ def test_two_ranks_update_equals_one_process(asset_cache, tiny_model_dir, tmp_pa
         sharded.close()
 
 
+def test_a_rank_s_setup_error_reaches_the_user_whole(asset_cache, tiny_model_dir, tmp_path):
+    from thinkrl.errors import SetupError
+
+    # 500 + 96 prompt tokens exceed the tiny model's 512 positions: found by each rank's loader
+    with pytest.raises(SetupError) as err:
+        build_run(_cfg(tiny_model_dir, tmp_path / "run", "trainer.n_gpus_per_node=2",
+                       "data.max_response_length=500"), log=lambda *_: None)
+    assert "max_position_embeddings 512" in err.value.problem and err.value.fix == "lower one of them"
+    assert not ray.is_initialized()  # the cluster this run started is gone
+
+
 def test_two_rank_run_resumes_exactly_on_two_and_on_one(asset_cache, tiny_model_dir, tmp_path):
     ray_args = ("trainer.n_gpus_per_node=2", "trainer.save_freq=2")
     train(_cfg(tiny_model_dir, tmp_path / "straight", *ray_args,

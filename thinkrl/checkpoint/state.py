@@ -155,12 +155,6 @@ def weight_files(folder: Path) -> list[Path]:
     return [single]
 
 
-def load_weights(model: torch.nn.Module, folder: Path) -> None:
-    """Copy the saved tensors of the Hugging Face folder `folder` into
-    `model`'s parameters in place (the optimizer keeps pointing at them)."""
-    copy_weights(model, read_weights(model, folder), folder)
-
-
 def read_weights(model: torch.nn.Module, folder: Path) -> dict[str, torch.Tensor]:
     """The tensors of the Hugging Face folder `folder`, on `model`'s device."""
     from safetensors.torch import load_file

@@ -199,12 +199,15 @@ def model_folder(path: str, *, log=print) -> str:
         raise ValueError(f"--model {local.resolve()}: not a Hugging Face model folder (no "
                          f"config.json), and not a checkpoint or run directory: {err}") from None
     log(f"--model {local}: the weights of checkpoint {checkpoint.name}")
-    if is_sharded_checkpoint(checkpoint):  # gathered into a temporary Hugging Face folder
+    if is_sharded_checkpoint(checkpoint):  # gathered into a Hugging Face folder for this eval
+        import atexit
+        import shutil
         import tempfile
 
         from thinkrl.checkpoint.export import export_checkpoint
-        out = Path(tempfile.mkdtemp(prefix="thinkrl-eval-")) / checkpoint.name
-        return str(export_checkpoint(checkpoint, out, log=log))
+        folder = Path(tempfile.mkdtemp(prefix="thinkrl-eval-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)  # full weights: never left behind
+        return str(export_checkpoint(checkpoint, folder / checkpoint.name, log=log))
     return str(checkpoint / ACTOR_DIR)
 
 

@@ -115,7 +115,8 @@ def estimate_memory(ctx: DoctorContext) -> MemoryEstimate:
         val_seqs = val_batch_size(cfg, len(dataset_of(ctx, KEYS[1]).rows)) * max(val.n, 1)
     except NotChecked:
         val_seqs = (cfg.data.val_batch_size or 0) * max(val.n, 1)
-    seqs = max(train_seqs, val_seqs)
+    # each rank generates its share of the prompts (the ray backend splits them)
+    seqs = -(-max(train_seqs, val_seqs) // shards)
     kv = 2 * layers * kv_heads * head_dim * s * seqs * c + seqs * vocab * 4
     with_ref = arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
     return MemoryEstimate(weights=4 * params // shards, gradients=4 * params // shards,

@@ -64,10 +64,11 @@ def response_logprobs(model: torch.nn.Module, input_ids: Tensor, attention_mask:
 @torch.no_grad()
 def batched_response_logprobs(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor,
                               position_ids: Tensor, *, response_length: int, temperature: float,
-                              micro_batch_size: int, autocast=contextlib.nullcontext) -> Tensor:
+                              micro_batch_size: int, autocast=contextlib.nullcontext,
+                              device: torch.device | None = None) -> Tensor:
     """`response_logprobs` without gradient, `micro_batch_size` rows at a time.
     CPU tensors in, CPU [N, R] out."""
-    device = next(model.parameters()).device
+    device = device or next(model.parameters()).device  # offloaded shards: the compute device
     was_training = model.training
     model.eval()
     chunks = []

@@ -79,10 +79,20 @@ def peak_memory_bytes(device: torch.device) -> tuple[int, str]:
     return kib * 1024, "peak RSS of the process"
 
 
-def process_group_backend(device: torch.device) -> str:
+def process_group_backend(device: torch.device, *, host_tensors: bool = False) -> str:
     """The torch.distributed backend for a device kind: gloo on the CPU, nccl
-    on CUDA, hccl on Ascend NPUs."""
-    return {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}[device.type]
+    on CUDA, hccl on Ascend NPUs; with `host_tensors` (offloaded FSDP2
+    shards) gloo serves the CPU tensors beside the accelerator's backend."""
+    backend = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}[device.type]
+    if host_tensors and device.type != "cpu":
+        return f"cpu:gloo,{device.type}:{backend}"
+    return backend
+
+
+def loopback_env() -> dict[str, str]:
+    """Environment that keeps each collective library's sockets on 127.0.0.1
+    (all ranks on this one machine)."""
+    return {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo", "HCCL_IF_IP": "127.0.0.1"}
 
 
 def ray_resource(device_name: str) -> str | None:

@@ -16,15 +16,18 @@ from thinkrl.parallel.device import process_group_backend
 
 
 def init_process_group(*, rank: int, world_size: int, init_method: str,
-                       device: torch.device, timeout_s: float) -> None:
+                       device: torch.device, timeout_s: float, host_tensors: bool = False) -> None:
     """Join the run's process group.
 
     `init_method` is "file://<path>" (nothing listens on the network: the
     ranks meet through a file on a disk they share) or "tcp://HOST:PORT" (a
-    store that rank 0 opens on its node's address, for several nodes)."""
+    store that rank 0 opens on its node's address, for several nodes).
+    `host_tensors`: collectives also run on CPU tensors (FSDP2 offload keeps
+    shards, gradients and norms on the host)."""
     if world_size <= 1 or dist.is_initialized():
         return
-    dist.init_process_group(process_group_backend(device), init_method=init_method, rank=rank,
+    dist.init_process_group(process_group_backend(device, host_tensors=host_tensors),
+                            init_method=init_method, rank=rank,
                             world_size=world_size,
                             timeout=datetime.timedelta(seconds=timeout_s))
 
@@ -37,14 +40,12 @@ def rank() -> int:
     return dist.get_rank() if dist.is_initialized() else 0
 
 
-def sum_over_ranks(values: dict[str, float]) -> dict[str, float]:
-    """Each value summed over all ranks, in one all-reduce (float64, on the
-    CPU for gloo)."""
+def sum_over_ranks(values: dict[str, float], *, device: torch.device) -> dict[str, float]:
+    """Each value summed over all ranks, in one all-reduce of a float64
+    tensor on `device` (the rank's compute device)."""
     if not dist.is_initialized() or not values:
         return values
     keys = sorted(values)
-    device = ("cpu" if dist.get_backend() == "gloo"
-              else torch.accelerator.current_accelerator(check_available=True))
     total = torch.tensor([values[k] for k in keys], dtype=torch.float64, device=device)
     dist.all_reduce(total, op=dist.ReduceOp.SUM)
     return dict(zip(keys, total.tolist()))

@@ -81,14 +81,18 @@ def gathered(model: nn.Module) -> Iterator[None]:
     if not modules:
         yield
         return
-    for module in modules:
+    # The root keeps FSDP2's own setting (it does not reshard after forward).
+    inner = [m for m in modules if m is not model]
+    for module in inner:
         module.set_reshard_after_forward(False, recurse=False)
+    for module in modules:
         module.unshard()
     try:
         yield
     finally:
         for module in modules:
             module.reshard()
+        for module in inner:
             module.set_reshard_after_forward(True, recurse=False)
 
 

@@ -56,6 +56,38 @@ def connect(trainer: TrainerConfig, *, world_size: int, log=print) -> bool:
     return True
 
 
+def device_kind(device_name: str) -> str:
+    """trainer.device for the ranks: "auto" becomes cuda or npu when the
+    cluster has GPUs or NPUs, else cpu (decided once, here on the driver:
+    each rank reserves its accelerator by this kind)."""
+    if device_name != "auto":
+        return device_name
+    import ray
+    resources = ray.cluster_resources()
+    for kind in ("cuda", "npu"):
+        if resources.get(ray_resource(kind), 0) > 0:
+            return kind
+    return "cpu"
+
+
+def check_capacity(trainer: TrainerConfig, *, device_name: str) -> None:
+    """Fail at once, not after ray_wait_timeout_s, when the whole cluster has
+    fewer CPUs or accelerators than the run reserves."""
+    import ray
+    from thinkrl.errors import SetupError
+
+    world = trainer.nnodes * trainer.n_gpus_per_node
+    total = ray.cluster_resources()
+    for resource, each in bundle(device_name).items():
+        if total.get(resource, 0) < each * world:
+            raise SetupError(
+                f"trainer.nnodes {trainer.nnodes} x trainer.n_gpus_per_node "
+                f"{trainer.n_gpus_per_node} ranks need {each * world:g} {resource} but the Ray "
+                f"cluster has {total.get(resource, 0):g}",
+                "lower trainer.n_gpus_per_node / trainer.nnodes, or add nodes "
+                "(ray start --address=...)")
+
+
 def bundle(device_name: str) -> dict[str, float]:
     """What one rank reserves: a CPU, and its accelerator."""
     resource = ray_resource(device_name)

@@ -64,9 +64,12 @@ class NativeEngine:
     def __init__(self, model: torch.nn.Module, *, eos_token_ids: list[int], pad_token_id: int,
                  seed: int = 0,
                  autocast: Callable[[], ContextManager] = contextlib.nullcontext,
-                 gather: Callable[[], ContextManager] = contextlib.nullcontext) -> None:
+                 gather: Callable[[], ContextManager] = contextlib.nullcontext,
+                 device: torch.device | None = None) -> None:
         self.model = model
         self.gather = gather
+        # Where decoding runs: the parameters' device unless they are offloaded shards.
+        self._device = device
         self.eos_token_ids = torch.tensor(sorted(set(eos_token_ids)), dtype=torch.long)
         self.pad_token_id = pad_token_id
         self.autocast = autocast
@@ -78,7 +81,7 @@ class NativeEngine:
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        return self._device or next(self.model.parameters()).device
 
     def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]]) -> None:
         params = dict(self.model.named_parameters())

@@ -54,7 +54,8 @@ class ActorWorker:
     def __init__(self, model: torch.nn.Module, cfg: ActorConfig, *, total_steps: int,
                  micro_batch_size: int, log_prob_micro_batch_size: int, temperature: float,
                  max_response_length: int, seed: int,
-                 autocast: Callable[[], ContextManager] = contextlib.nullcontext) -> None:
+                 autocast: Callable[[], ContextManager] = contextlib.nullcontext,
+                 device: torch.device | None = None) -> None:
         self.model, self.cfg = model, cfg
         self.micro_batch_size = micro_batch_size
         self.log_prob_micro_batch_size = log_prob_micro_batch_size
@@ -62,7 +63,9 @@ class ActorWorker:
         # The configured maximum, not this batch's longest response: Dr. GRPO's
         # divisor must stay constant from step to step.
         self.max_response_length = max_response_length
-        self.device = next(model.parameters()).device
+        # Where the forward runs: the parameters' device, unless FSDP2 keeps
+        # the shards on the host (offload) and gathers them onto `device`.
+        self.device = device or next(model.parameters()).device
         self.autocast = autocast
         self.optimizer = torch.optim.AdamW(
             [p for p in model.parameters() if p.requires_grad], lr=cfg.optim.lr,
@@ -78,7 +81,8 @@ class ActorWorker:
         return batched_response_logprobs(
             self.model, input_ids, attention_mask, position_ids,
             response_length=response_length, temperature=self.temperature,
-            micro_batch_size=self.log_prob_micro_batch_size, autocast=self.autocast)
+            micro_batch_size=self.log_prob_micro_batch_size, autocast=self.autocast,
+            device=self.device)
 
     def weights(self) -> Iterable[tuple[str, Tensor]]:
         """The policy's (name, tensor) pairs for the rollout engine: the live
@@ -142,7 +146,7 @@ class ActorWorker:
             loss.backward()
             for key, value in micro_metrics.items():  # shares of the mini-batch: sum them
                 metrics[key] = metrics.get(key, 0.0) + value
-        metrics = sum_over_ranks(metrics)  # every rank's share of the mini-batch
+        metrics = sum_over_ranks(metrics, device=self.device)  # every rank's share
         # Over the whole model: with sharded parameters the norm is a DTensor.
         grad_norm = full_tensor(
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip))

@@ -57,12 +57,19 @@ class RankSpec:
     """torch.distributed rendezvous ("file://..." or "tcp://..."); None for one rank."""
     with_reference: bool = field(default=False)
     """Build the reference (a KL term needs it)."""
+    device: str | None = None
+    """The device kind ranks run on, decided once by the driver (trainer.device
+    with "auto" resolved against the cluster's resources); None: trainer.device."""
 
     @property
     def sampling_seed(self) -> int:
-        cfg = self.cfg
-        base = cfg.trainer.seed * 1000 + cfg.actor_rollout_ref.rollout.seed
-        return base + _RANK_SEED_STRIDE * self.rank
+        return sampling_seed(self.cfg, rank=self.rank)
+
+
+def sampling_seed(cfg: Config, *, rank: int = 0) -> int:
+    """The native engine's seed: from trainer.seed and rollout.seed, and the rank."""
+    base = cfg.trainer.seed * 1000 + cfg.actor_rollout_ref.rollout.seed
+    return base + _RANK_SEED_STRIDE * rank
 
 
 class PolicyRank:
@@ -70,40 +77,41 @@ class PolicyRank:
         cfg, arr = spec.cfg, spec.cfg.actor_rollout_ref
         self.spec = spec
         sharded = spec.world_size > 1
-        self.device = (bind_rank_device(cfg.trainer.device) if sharded
-                       else resolve_device(cfg.trainer.device))
+        device_name = spec.device or cfg.trainer.device
+        self.device = bind_rank_device(device_name) if sharded else resolve_device(device_name)
+        offload = self._offload(arr.actor.fsdp_config), self._offload(arr.ref.fsdp_config)
         if sharded:
             init_process_group(rank=spec.rank, world_size=spec.world_size,
                                init_method=spec.init_method, device=self.device,
-                               timeout_s=cfg.trainer.ray_wait_timeout_s)
+                               timeout_s=cfg.trainer.ray_wait_timeout_s,
+                               host_tensors=any(offload))
         torch.manual_seed(cfg.trainer.seed)
         dtype = compute_dtype(self.device, arr.model.dtype)
         self.autocast = autocast(self.device, dtype)
         model = self._load(gradient_checkpointing=arr.model.enable_gradient_checkpointing)
         check_model_fits(model, spec.tokenizer_size, spec.sizes, model_path=spec.model_path)
         if sharded:
-            fsdp.parallelize(model, compute_dtype=dtype,
-                             param_offload=self._offload(arr.actor.fsdp_config))
+            fsdp.parallelize(model, compute_dtype=dtype, param_offload=offload[0])
         sizes, rollout = spec.sizes, arr.rollout
         self.actor = ActorWorker(
             model, arr.actor, total_steps=spec.total_steps,
             micro_batch_size=sizes.micro_batch_size_per_device,
             log_prob_micro_batch_size=sizes.log_prob_micro_batch_size_per_device,
             temperature=rollout.temperature, max_response_length=sizes.response_length,
-            seed=cfg.trainer.seed, autocast=self.autocast)
+            seed=cfg.trainer.seed, autocast=self.autocast, device=self.device)
         self.reference = None
         if spec.with_reference:
             ref_model = self._load(gradient_checkpointing=False)
             if sharded:
-                fsdp.parallelize(ref_model, compute_dtype=dtype,
-                                 param_offload=self._offload(arr.ref.fsdp_config))
+                fsdp.parallelize(ref_model, compute_dtype=dtype, param_offload=offload[1])
             self.reference = ReferenceWorker(
                 ref_model, micro_batch_size=sizes.ref_log_prob_micro_batch_size_per_device,
-                temperature=rollout.temperature, autocast=self.autocast)
+                temperature=rollout.temperature, autocast=self.autocast, device=self.device)
         self.engine = NativeEngine(
             model, eos_token_ids=list(spec.eos_token_ids), pad_token_id=spec.pad_token_id,
             seed=spec.sampling_seed, autocast=self.autocast,
-            gather=(lambda: fsdp.gathered(model)) if sharded else contextlib.nullcontext)
+            gather=(lambda: fsdp.gathered(model)) if sharded else contextlib.nullcontext,
+            device=self.device)
 
     def _offload(self, fsdp_config) -> bool:
         """verl's three offload switches map onto FSDP2's CPUOffloadPolicy,

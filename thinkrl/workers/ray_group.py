@@ -98,61 +98,87 @@ class RayWorkerGroup:
     def __init__(self, spec: RankSpec, workers: list, places: list[dict], log_files: list[str],
                  *, started_cluster: bool, groups: list) -> None:
         self.spec, self.workers, self.places, self.log_files = spec, workers, places, log_files
-        self.world_size = len(workers)
+        self.world_size = len(log_files)
         self.timeout_s = spec.cfg.trainer.ray_wait_timeout_s
         self.started_cluster, self.groups = started_cluster, groups
+        self.rendezvous_dir: Path | None = None
         self.actor = ActorHandle(self)
         self.reference = ReferenceHandle(self) if spec.with_reference else None
         self.engine = EngineHandle(self)
 
     @classmethod
     def start(cls, spec: RankSpec, *, log=print) -> "RayWorkerGroup":
-        import ray
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
         from thinkrl.parallel import ray_cluster
         trainer = spec.cfg.trainer
         world = trainer.nnodes * trainer.n_gpus_per_node
         started = ray_cluster.connect(trainer, world_size=world, log=log)
-        groups = ray_cluster.reserve_devices(trainer, device_name=trainer.device,
-                                             timeout_s=spec.cfg.trainer.ray_wait_timeout_s)
         run_dir = Path(trainer.default_local_dir).expanduser().resolve()
-        log_files = [str(run_dir / "logs" / f"rank_{r}.log") for r in range(world)]
-        remote = ray.remote(RankActor)
-        workers = []
-        for r in range(world):
-            node, slot = divmod(r, trainer.n_gpus_per_node)
-            resources = ray_cluster.bundle(trainer.device)
-            workers.append(remote.options(
-                num_cpus=resources.pop("CPU"), num_gpus=resources.pop("GPU", 0),
-                resources=resources, name=None,
-                scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    groups[node], placement_group_bundle_index=slot),
-            ).remote(log_files[r]))
-        group = cls(spec, workers, [{"host": "?", "ip": "?"}] * world, log_files,
-                    started_cluster=started, groups=groups)
+        group = cls(spec, [], [{"host": "?", "ip": "?"}] * world,
+                    [str(run_dir / "logs" / f"rank_{r}.log") for r in range(world)],
+                    started_cluster=started, groups=[])
         try:
-            group.places = group.wait([w.where.remote() for w in workers], stage="start")
-            init_method = group._rendezvous(trainer.dist_init_method)
-            specs = [dataclasses.replace(spec, rank=r, world_size=world, init_method=init_method)
-                     for r in range(world)]
-            sharding = group.wait([w.build.remote(s) for w, s in zip(workers, specs)],
-                                  stage="build (load and shard the model)")
+            group._launch(started=started, log=log)
         except BaseException:
             group.close()
             raise
-        log(f"ray: {world} ranks on {len({p['host'] for p in group.places})} node(s), "
-            f"{sharding[0]['local']:,} of {sharding[0]['total']:,} parameters per rank "
-            f"(FSDP2), logs in {Path(log_files[0]).parent}")
         return group
 
+    def _launch(self, *, started: bool, log) -> None:
+        """Reserve the devices, start one actor per rank, meet, build the roles."""
+        import ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from thinkrl.parallel import ray_cluster
+        from thinkrl.parallel.device import loopback_env
+        trainer, world = self.spec.cfg.trainer, self.world_size
+        device = ray_cluster.device_kind(trainer.device)
+        ray_cluster.check_capacity(trainer, device_name=device)
+        self.groups = ray_cluster.reserve_devices(trainer, device_name=device,
+                                                  timeout_s=self.timeout_s)
+        # A cluster of this machine alone: collectives stay on loopback too.
+        env = {"env_vars": loopback_env()} if started else None
+        remote = ray.remote(RankActor)
+        for r in range(world):
+            node, slot = divmod(r, trainer.n_gpus_per_node)
+            resources = ray_cluster.bundle(device)
+            self.workers.append(remote.options(
+                num_cpus=resources.pop("CPU"), num_gpus=resources.pop("GPU", 0),
+                resources=resources, runtime_env=env,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    self.groups[node], placement_group_bundle_index=slot),
+            ).remote(self.log_files[r]))
+        self.places = self.wait([w.where.remote() for w in self.workers], stage="start")
+        self._check_shared_run_dir()
+        init_method = self._rendezvous(trainer.dist_init_method)
+        specs = [dataclasses.replace(self.spec, rank=r, world_size=world, init_method=init_method,
+                                     device=device) for r in range(world)]
+        sharding = self.wait([w.build.remote(s) for w, s in zip(self.workers, specs)],
+                             stage="build (load and shard the model)")
+        log(f"ray: {world} ranks on {len({p['host'] for p in self.places})} node(s), {device}, "
+            f"{sharding[0]['local']:,} of {sharding[0]['total']:,} parameters per rank "
+            f"(FSDP2), logs in {Path(self.log_files[0]).parent}")
+
+    def _check_shared_run_dir(self) -> None:
+        """Every rank writes its checkpoint shards under the run directory, so
+        all nodes must see the same one: each rank has created its log there."""
+        unseen = [r for r, f in enumerate(self.log_files) if not Path(f).is_file()]
+        if unseen:
+            from thinkrl.errors import SetupError
+            raise SetupError(
+                f"ranks {unseen} ({self._nodes(unseen)}) write to a run directory this node does "
+                f"not see ({Path(self.log_files[0]).parent.parent}): their checkpoint shards "
+                "would be lost", "put trainer.default_local_dir on a disk every node mounts "
+                "at the same path (NFS, a parallel file system)")
+
     def _rendezvous(self, method: str) -> str:
-        """Where the ranks meet: a private file (nothing listens on the
-        network) when they share a host, else a TCP store on rank 0's node."""
+        """Where the ranks meet: a file in the run directory (nothing listens
+        on the network) when they share a host, else a TCP store on rank 0's
+        node address."""
         one_host = len({p["host"] for p in self.places}) == 1
         if method == "file" or (method == "auto" and one_host):
-            folder = tempfile.mkdtemp(prefix="thinkrl-rendezvous-")
-            return f"file://{folder}/store"
+            self.rendezvous_dir = Path(tempfile.mkdtemp(
+                prefix=".rendezvous-", dir=Path(self.log_files[0]).parent))
+            return f"file://{self.rendezvous_dir}/store"
         first = self.places[0]
         return f"tcp://{first['ip']}:{first['port']}"
 
@@ -168,7 +194,7 @@ class RayWorkerGroup:
         soon as one rank fails (not when the others, blocked in a collective,
         time out)."""
         import ray
-        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+        from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
 
         rank_of = {ref: r for r, ref in enumerate(refs)}
         results: list = [None] * len(refs)
@@ -193,9 +219,13 @@ class RayWorkerGroup:
                         f"complete checkpoint is intact; trainer.resume_mode=auto continues from "
                         f"it.{self._tails([r])}") from None
                 except RayTaskError as err:
-                    cause = err.as_instanceof_cause()
-                    if isinstance(cause, ValueError):  # a user's mistake: keep its type and text
-                        raise type(cause)(f"rank {r}: {cause}") from None
+                    cause = err.cause  # the worker's own exception
+                    if isinstance(cause, (ValueError, FloatingPointError)):
+                        # a user's mistake or a diverged run: the CLI says it in its own words
+                        raise cause from None
+                    raise WorkerFailed(f"ray: rank {r} ({self._nodes([r])}) failed during "
+                                       f"{stage}:\n{err}") from None
+                except RayError as err:  # e.g. an exception that did not survive pickling
                     raise WorkerFailed(f"ray: rank {r} ({self._nodes([r])}) failed during "
                                        f"{stage}:\n{err}") from None
                 except GetTimeoutError:  # ready but not fetched in time: try again
@@ -218,7 +248,11 @@ class RayWorkerGroup:
 
     def close(self) -> None:
         """Stop the workers (and the cluster this run started)."""
+        import shutil
+
         import ray
+        if self.rendezvous_dir is not None:
+            shutil.rmtree(self.rendezvous_dir, ignore_errors=True)
         if not ray.is_initialized():
             return
         for worker in self.workers:
@@ -302,8 +336,11 @@ class ActorHandle:
 
         from thinkrl.checkpoint.sharded import ACTOR_DIR
         self.group.call_all("save_checkpoint", "save_sharded", [(str(folder),)] * self.group.world_size)
-        path, trust = self.group.spec.model_path, self.group.spec.cfg.actor_rollout_ref.model.trust_remote_code
-        AutoConfig.from_pretrained(path, trust_remote_code=trust).save_pretrained(folder / ACTOR_DIR)
+        model = self.group.spec.cfg.actor_rollout_ref.model
+        path = self.group.spec.model_path
+        config = AutoConfig.from_pretrained(path, trust_remote_code=model.trust_remote_code,
+                                            **(model.override_config or {}))  # as loaded
+        config.save_pretrained(folder / ACTOR_DIR)
         try:
             GenerationConfig.from_pretrained(path).save_pretrained(folder / ACTOR_DIR)
         except OSError:

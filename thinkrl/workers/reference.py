@@ -6,7 +6,6 @@ actor, which may already hold resumed weights) and may be sharded too."""
 from __future__ import annotations
 
 import contextlib
-import copy
 from typing import Callable, ContextManager
 
 import torch
@@ -17,16 +16,13 @@ from thinkrl.models.forward import batched_response_logprobs
 
 class ReferenceWorker:
     def __init__(self, model: torch.nn.Module, *, micro_batch_size: int, temperature: float,
-                 autocast: Callable[[], ContextManager] = contextlib.nullcontext) -> None:
+                 autocast: Callable[[], ContextManager] = contextlib.nullcontext,
+                 device: torch.device | None = None) -> None:
         self.model = model.eval().requires_grad_(False)
+        self.device = device
         self.micro_batch_size = micro_batch_size
         self.temperature = temperature
         self.autocast = autocast
-
-    @classmethod
-    def frozen_copy_of(cls, policy: torch.nn.Module, **kwargs) -> "ReferenceWorker":
-        """The reference is the policy as it is now, before any update."""
-        return cls(copy.deepcopy(policy), **kwargs)
 
     def compute_ref_log_prob(self, input_ids: Tensor, attention_mask: Tensor,
                              position_ids: Tensor, *, response_length: int) -> Tensor:
@@ -34,4 +30,5 @@ class ReferenceWorker:
         return batched_response_logprobs(
             self.model, input_ids, attention_mask, position_ids,
             response_length=response_length, temperature=self.temperature,
-            micro_batch_size=self.micro_batch_size, autocast=self.autocast)
+            micro_batch_size=self.micro_batch_size, autocast=self.autocast,
+            device=self.device)
