@@ -18,6 +18,7 @@ import yaml
 from thinkrl import builtin
 from thinkrl.algos.advantages import get_advantage_estimator
 from thinkrl.algos.kl_control import KLController
+from thinkrl.checkpoint.lock import RunLock
 from thinkrl.checkpoint.resume import checkpoint_to_resume
 from thinkrl.checkpoint.state import Progress, load_checkpoint
 from thinkrl.config import Config, DerivedSizes, inactive_settings, validate
@@ -62,11 +63,15 @@ class Run:
     """Waits for the device's queued work (for honest stage timings)."""
     progress: Progress = field(default_factory=Progress)
     """Where training stands: step 0, or the step of the checkpoint resumed from."""
+    lock: RunLock | None = None
+    """This run's exclusive hold on run_dir (thinkrl.checkpoint.lock); close() frees it."""
 
     def close(self) -> None:
-        """Stop the scoring workers and close the logger sinks."""
+        """Stop the scoring workers, close the logger sinks, free the run directory."""
         self.reward.close()
         self.metrics_log.close()
+        if self.lock is not None:
+            self.lock.release()
 
     @property
     def on_policy(self) -> bool:
@@ -111,8 +116,21 @@ def check_model_fits(model, tokenizer, sizes: DerivedSizes, *, model_path: str) 
 
 
 def build_run(cfg: Config, *, log=print) -> Run:
+    """The run of `cfg`, holding the lock of its run directory (taken first:
+    a second run into the same folder is refused before anything loads)."""
     sizes = validate(cfg)
     check_backend(cfg, sizes)
+    lock = RunLock.acquire(cfg.trainer.default_local_dir, log=log)
+    try:
+        run = _assemble(cfg, sizes, log=log)
+    except BaseException:
+        lock.release()
+        raise
+    run.lock = lock
+    return run
+
+
+def _assemble(cfg: Config, sizes: DerivedSizes, *, log=print) -> Run:
     for note in inactive_settings(cfg):
         log(f"note: {note}")
     arr = cfg.actor_rollout_ref

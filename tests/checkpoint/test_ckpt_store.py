@@ -47,7 +47,7 @@ def test_failed_save_leaves_previous_latest(tmp_path):
 def test_latest_ignores_unfinished_and_unmarked_folders(tmp_path):
     _save(tmp_path, 1)
     _save(tmp_path, 2)
-    (tmp_path / "global_step_3.tmp-4242").mkdir()  # a save killed mid-write
+    (tmp_path / "global_step_3.tmp-99999999").mkdir()  # a save killed mid-write
     (tmp_path / "global_step_4").mkdir()  # no completion marker
     assert [p.name for p in complete_checkpoints(tmp_path)] == ["global_step_1", "global_step_2"]
     assert latest_checkpoint(tmp_path) == tmp_path / "global_step_2"
@@ -56,7 +56,7 @@ def test_latest_ignores_unfinished_and_unmarked_folders(tmp_path):
     assert latest_checkpoint(tmp_path, log=messages.append) == tmp_path / "global_step_2"
     assert "not a complete checkpoint" in messages[0]
     remove_stale_tmp(tmp_path, log=lambda *_: None)
-    assert not (tmp_path / "global_step_3.tmp-4242").exists()
+    assert not (tmp_path / "global_step_3.tmp-99999999").exists()
 
 
 def test_tracker_wins_over_later_steps_of_an_older_run(tmp_path):

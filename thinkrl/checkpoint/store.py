@@ -29,6 +29,7 @@ TRACKER = "latest_checkpointed_iteration.txt"
 MARKER = "meta.json"
 _NAME = re.compile(r"^global_step_(\d+)$")
 _TMP = re.compile(r"^global_step_\d+\.tmp-")
+_TMP_PID = re.compile(r"^global_step_\d+\.tmp-(\d+)")
 
 
 def checkpoint_dir(run_dir: Path, step: int) -> Path:
@@ -96,12 +97,27 @@ def _available(run_dir: Path) -> str:
 
 def remove_stale_tmp(run_dir: Path, *, log=print) -> None:
     """Delete the temporary folders of saves that never finished (a crash, a
-    full disk): they are never read and may be large."""
+    full disk): they are never read and may be large. A folder whose writer
+    (the pid in its name) is alive and not this process is kept: the run lock
+    should make that impossible, so it is reported, never deleted under a
+    live writer."""
     if not run_dir.is_dir():
         return
+    from thinkrl.checkpoint.lock import pid_alive
+
     for stale in sorted(p for p in run_dir.iterdir() if _TMP.match(p.name)):
+        pid = _tmp_owner(stale)
+        if pid is not None and pid != os.getpid() and pid_alive(pid):
+            log(f"keeping {stale.name}: process {pid}, which may be writing it, is alive")
+            continue
         log(f"removing {stale.name}: an unfinished checkpoint save of an earlier run")
         shutil.rmtree(stale, ignore_errors=True)
+
+
+def _tmp_owner(folder: Path) -> int | None:
+    """The pid in `global_step_N.tmp-<pid>[-replaced]`."""
+    match = _TMP_PID.match(folder.name)
+    return int(match.group(1)) if match else None
 
 
 @contextmanager
