@@ -23,6 +23,7 @@ import torch
 
 from thinkrl.checkpoint.state import OPTIMIZER_FILE, TRAINER_STATE_FILE, load_checkpoint
 from thinkrl.checkpoint.store import TRACKER, latest_checkpoint
+from thinkrl.checkpoint.verify import sha256_file
 from thinkrl.cli import main, recipe_path
 from thinkrl.config import load_config
 from thinkrl.trainer import train
@@ -60,6 +61,9 @@ def _config(model_dir: Path, data: tuple[Path, Path], run_dir: Path, *extra: str
         # The entropy bonus moves the weights even when every group scores the
         # same, so a state restored wrongly shows up in the next steps' metrics.
         "actor_rollout_ref.actor.entropy_coeff=0.01", "actor_rollout_ref.actor.optim.lr=1e-3",
+        # ...and drives the tiny model to 99 % of the uniform entropy by step 3,
+        # which the divergence guard rightly calls destroyed: off for this test.
+        "trainer.divergence_guard=False",
         "actor_rollout_ref.actor.optim.warmup_style=constant",
         f"trainer.total_training_steps={STEPS}", "trainer.test_freq=2", "trainer.save_freq=1",
         "trainer.progress_bar=False", "trainer.logger=[]", *extra])
@@ -251,6 +255,14 @@ def test_a_failed_resume_keeps_the_metrics(straight, tiny_model_dir, data_files,
         shutil.rmtree(run_dir / f"global_step_{step}")
     (run_dir / TRACKER).write_text("2")
     torch.save({"step": 2, "payload": _Payload()}, run_dir / "global_step_2" / TRAINER_STATE_FILE)
+    # Its checksum updated too, so verification passes and the load itself fails
+    # (a changed file with its old checksum is skipped: tests/faults).
+    meta_path = run_dir / "global_step_2" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    state_file = run_dir / "global_step_2" / TRAINER_STATE_FILE
+    meta["files"][TRAINER_STATE_FILE] = {"bytes": state_file.stat().st_size,
+                                         "sha256": sha256_file(state_file)}
+    meta_path.write_text(json.dumps(meta))
     before = (run_dir / "metrics.jsonl").read_text()
     assert '"step": 4' in before
     with pytest.raises(pickle.UnpicklingError):

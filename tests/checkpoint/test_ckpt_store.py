@@ -28,7 +28,9 @@ def _save(run_dir: Path, step: int) -> Path:
 
 def test_atomic_save_writes_marker_then_tracker(tmp_path):
     folder = _save(tmp_path, 3)
-    assert json.loads((folder / MARKER).read_text()) == {"step": 3}
+    # The marker lists every file with its size and sha256 (hashlib.sha256(bytes([3]))).
+    assert json.loads((folder / MARKER).read_text()) == {"step": 3, "files": {"weights.bin": {
+        "bytes": 1, "sha256": "084fed08b978af4d7d196a7446a86b58009e636b611db16211b65a9aadff29c5"}}}
     assert (tmp_path / TRACKER).read_text() == "3\n"
     assert [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name] == []
 

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Iterator
 
 from thinkrl.atomic import atomic_write_text, fsync_dir, fsync_file
+from thinkrl.checkpoint.verify import FILES_KEY, MARKER, DamagedCheckpoint, file_digests, newest_intact, verify_checkpoint
 
 TRACKER = "latest_checkpointed_iteration.txt"
-MARKER = "meta.json"
 _NAME = re.compile(r"^global_step_(\d+)$")
 _TMP = re.compile(r"^global_step_\d+\.tmp-")
 _TMP_PID = re.compile(r"^global_step_\d+\.tmp-(\d+)")
@@ -71,18 +71,36 @@ def latest_checkpoint(run_dir: Path, *, log=print) -> Path | None:
     return found[-1] if found else None
 
 
+def candidates_newest_first(run_dir: Path, *, log=print) -> list[Path]:
+    """The complete checkpoints to try when resuming: the tracker's (or the
+    newest) first, then the older ones, newest first."""
+    latest = latest_checkpoint(run_dir, log=log)
+    if latest is None:
+        return []
+    return [latest, *(p for p in reversed(complete_checkpoints(run_dir)) if p != latest)]
+
+
 def resolve_checkpoint(path: str | Path, *, log=print) -> Path:
-    """A `global_step_N` folder as given, or a run directory's latest one."""
+    """A `global_step_N` folder as given, or a run directory's newest intact
+    one; the folder is verified (checksums, finite weights) either way."""
     path = Path(path).expanduser().resolve()
     if is_complete(path):
+        try:
+            verify_checkpoint(path)
+        except DamagedCheckpoint as err:
+            raise DamagedCheckpoint(f"{err}; {_available(path.parent)}") from None
         return path
     if _NAME.match(path.name) and path.is_dir():
         raise ValueError(f"{path} is an incomplete checkpoint (no {MARKER}: its save did not "
                          f"finish); {_available(path.parent)}")
     if path.is_dir():
-        latest = latest_checkpoint(path, log=log)
-        if latest is not None:
-            return latest
+        candidates = candidates_newest_first(path, log=log)
+        intact = newest_intact(candidates, log=log)
+        if intact is not None:
+            return intact
+        if candidates:
+            raise DamagedCheckpoint(f"{path}: every checkpoint is damaged "
+                                    f"({', '.join(p.name for p in candidates)}); see the warnings above")
         raise ValueError(f"{path} holds no complete checkpoint (global_step_N folder with "
                          f"{MARKER}); save one with trainer.save_freq > 0")
     raise ValueError(f"checkpoint {path} does not exist; {_available(path.parent)}")
@@ -132,6 +150,7 @@ def atomic_checkpoint(run_dir: Path, step: int, meta: dict) -> Iterator[Path]:
     tmp.mkdir(parents=True)
     try:
         yield tmp
+        meta = {**meta, FILES_KEY: file_digests(tmp)}  # read back from the page cache: fast
         (tmp / MARKER).write_text(json.dumps(meta, indent=2) + "\n")  # fsynced below
         for path in tmp.rglob("*"):
             if path.is_file():
@@ -164,6 +183,7 @@ def rotate(run_dir: Path, *, keep: int | None, current_step: int, log=print) -> 
     `current_step` (None keeps all). Checkpoints of later steps, left by an
     earlier run in the same folder, are not this run's to judge: they stay
     until this run reaches and replaces them."""
+    remove_incomplete(run_dir, current_step=current_step, log=log)
     if keep is None:
         return []
     mine = [p for p in complete_checkpoints(run_dir) if step_of(p) <= current_step]
@@ -173,4 +193,18 @@ def rotate(run_dir: Path, *, keep: int | None, current_step: int, log=print) -> 
         (folder / MARKER).unlink(missing_ok=True)
         shutil.rmtree(folder, ignore_errors=True)
         log(f"removed {folder.name} (trainer.max_actor_ckpt_to_keep={keep})")
+    return removed
+
+
+def remove_incomplete(run_dir: Path, *, current_step: int, log=print) -> list[Path]:
+    """Delete `global_step_N` folders without a marker (a save whose marker
+    was removed, a rotation that died mid-delete) up to `current_step`: no
+    run ever reads them, and they may be large."""
+    removed = []
+    for folder in sorted(run_dir.iterdir()) if run_dir.is_dir() else []:
+        if folder.is_dir() and _NAME.match(folder.name) and not (folder / MARKER).exists() \
+                and step_of(folder) <= current_step:
+            shutil.rmtree(folder, ignore_errors=True)
+            log(f"removed {folder.name}: an incomplete checkpoint (no {MARKER})")
+            removed.append(folder)
     return removed

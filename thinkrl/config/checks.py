@@ -87,6 +87,8 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "reward.timeout_s": (lambda v: 0 < v < float("inf"), "use seconds per response > 0, e.g. 10"),
     "reward.num_workers": (lambda v: v >= 0, "use 0 (score in the trainer process) or a worker count, e.g. 2"),
     "reward.zero_reward_warn_steps": (lambda v: v >= 0, "use a step count >= 0 (0 never warns)"),
+    "reward.max_failure_rate": (lambda v: 0 < v <= 1, "use a share in (0, 1], e.g. 0.5 (1.0 never stops)"),
+    "reward.failure_window_steps": (lambda v: v >= 1, "use a step count >= 1, e.g. 3"),
     "reward.format_score": (lambda v: abs(v) < float("inf"), "use a finite score, e.g. 0.0 or 0.1"),
     "reward.r1_format_weight": (lambda v: abs(v) < float("inf"), "use a finite weight, e.g. 0.5"),
     "reward.r1_accuracy_weight": (lambda v: abs(v) < float("inf"), "use a finite weight, e.g. 1.0"),

@@ -400,6 +400,10 @@ class TrainerConfig:
     directory every ``generations_log_freq`` steps; 0 saves none."""
     generations_log_freq: int = 10
     """thinkrl: steps between two saves of training generations."""
+    divergence_guard: bool = True
+    """thinkrl: stop, before the next checkpoint, a run whose policy is destroyed
+    (non-finite or exploding weights, entropy at the uniform limit, a loss
+    spike); see thinkrl.guard."""
 
 
 @dataclass
@@ -440,6 +444,11 @@ class RewardConfig:
     """Scoring processes; 0 scores in the main process (then a hang cannot be stopped)."""
     zero_reward_warn_steps: int = 5
     """Warn when every reward of this many steps in a row is 0; 0 never warns."""
+    max_failure_rate: float = 0.5
+    """Stop the run when more than this share of the responses of the last
+    ``failure_window_steps`` steps failed to score (raised or timed out); 1.0 never stops."""
+    failure_window_steps: int = 3
+    """Steps over which ``max_failure_rate`` is judged (from the first step on)."""
 
 
 @dataclass
