@@ -29,7 +29,7 @@ from thinkrl.metrics import MetricsLog
 from thinkrl.models.loading import eos_token_ids, load_causal_lm, load_tokenizer
 from thinkrl.parallel.device import autocast, compute_dtype, resolve_device, synchronizer
 from thinkrl.rewards.scorer import RewardScorer
-from thinkrl.rewards.watch import ZeroRewardWatch
+from thinkrl.rewards.watch import FailureBreaker, ZeroRewardWatch
 from thinkrl.rollout.base import SamplingParams
 from thinkrl.rollout.native import NativeEngine
 from thinkrl.workers.actor import ActorWorker
@@ -63,6 +63,8 @@ class Run:
     """Waits for the device's queued work (for honest stage timings)."""
     progress: Progress = field(default_factory=Progress)
     """Where training stands: step 0, or the step of the checkpoint resumed from."""
+    reward_breaker: FailureBreaker | None = None
+    """Stops the run when most responses fail to score (reward.max_failure_rate)."""
     lock: RunLock | None = None
     """This run's exclusive hold on run_dir (thinkrl.checkpoint.lock); close() frees it."""
 
@@ -199,7 +201,8 @@ def _assemble(cfg: Config, sizes: DerivedSizes, *, log=print) -> Run:
               advantage_fn=get_advantage_estimator(cfg.algorithm.adv_estimator),
               sampling=sampling, val_sampling=val_sampling, total_steps=total_steps,
               metrics_log=metrics_log,
-              kl_controller=_kl_controller(cfg), sync=synchronizer(device))
+              kl_controller=_kl_controller(cfg), sync=synchronizer(device),
+              reward_breaker=FailureBreaker.from_config(cfg.reward))
     try:
         if resume_from is not None:  # after the reference copied the *initial* weights
             run.progress = load_checkpoint(run, resume_from, log=log)

@@ -109,7 +109,8 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
         with timer("reward"):
             texts = decode_responses(rollouts, run.tokenizer)
             scored = run.reward.score(texts, rollouts.samples)
-        run.zero_reward_watch.update(scored.scores)
+        run.zero_reward_watch.update(scored.scores, failures=scored.errors + scored.timeouts)
+        check_reward_failures(run, scored, step=step)  # before an update on failed scores
         save_train_generations(run, step, rollouts, texts=texts, scores=scored.scores)
         sequences = rollouts.sequences()  # prompt + response, built once per step
         with timer("old_log_prob"):
@@ -190,6 +191,14 @@ def train_batch(run: Run, rollouts: Rollouts, sequences: Sequences, *, advantage
                       advantages=advantages,
                       old_logprobs=None if run.on_policy else old_logprobs,
                       ref_logprobs=ref_logprobs if run.actor.kl_estimator is not None else None)
+
+
+def check_reward_failures(run: Run, scored, *, step: int) -> None:
+    """reward.max_failure_rate: RunStopped when most responses fail to score."""
+    if run.reward_breaker is not None:
+        run.reward_breaker.update(errors=scored.errors, timeouts=scored.timeouts,
+                                  responses=len(scored.scores), step=step,
+                                  first_error=run.reward.first_error, run_dir=run.run_dir)
 
 
 def save_train_generations(run: Run, step: int, rollouts: Rollouts, *, texts: list[str],
