@@ -25,3 +25,8 @@ class RunStopped(RuntimeError):
     """The run stopped itself on purpose (a guard fired: destroyed weights,
     failing rewards). Its message says why, what is kept on disk and how to
     go on; the command line prints it without a traceback and exits 1."""
+
+
+class DiskFull(SetupError):
+    """A write failed because the disk is full; names the folder, its free
+    space and the space needed."""

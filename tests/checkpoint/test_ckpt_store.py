@@ -18,6 +18,7 @@ from thinkrl.checkpoint.store import (MARKER, TRACKER, atomic_checkpoint, comple
                                       rotate)
 from thinkrl.config import load_config, validate
 from thinkrl.config.schema import TrainerConfig
+from thinkrl.errors import DiskFull
 
 
 def _save(run_dir: Path, step: int) -> Path:
@@ -37,7 +38,7 @@ def test_atomic_save_writes_marker_then_tracker(tmp_path):
 
 def test_failed_save_leaves_previous_latest(tmp_path):
     _save(tmp_path, 1)
-    with pytest.raises(OSError):
+    with pytest.raises(DiskFull, match="one checkpoint needs about 0.0 MiB"):
         with atomic_checkpoint(tmp_path, 2, {"step": 2}) as tmp:
             (tmp / "weights.bin").write_bytes(b"partial")
             raise OSError(28, "No space left on device")

@@ -43,6 +43,13 @@ def last_locked_run_dir() -> Path | None:
     return _last_locked
 
 
+def forget_last_locked() -> None:
+    """Start of a command: a run directory locked by an earlier command of
+    this process (tests, notebooks) is not this command's."""
+    global _last_locked
+    _last_locked = None
+
+
 class RunLock:
     """The exclusive lock of one run directory; `release()` (idempotent) frees it."""
 

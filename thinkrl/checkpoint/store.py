@@ -158,11 +158,37 @@ def atomic_checkpoint(run_dir: Path, step: int, meta: dict) -> Iterator[Path]:
         for path in [*(p for p in tmp.rglob("*") if p.is_dir()), tmp]:
             fsync_dir(path)
         _move_into_place(tmp, final)
-    except BaseException:
+    except BaseException as err:
+        written = _bytes_under(tmp)
         shutil.rmtree(tmp, ignore_errors=True)
+        from thinkrl.exits import is_disk_full  # exits imports the CLI's view of everything
+
+        if isinstance(err, Exception) and is_disk_full(err):
+            raise _disk_full(err, run_dir, step=step, written=written) from err
         raise
     fsync_dir(run_dir)
     atomic_write_text(run_dir / TRACKER, f"{step}\n", durable=True)
+
+
+def _bytes_under(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
+
+
+def _disk_full(err: Exception, run_dir: Path, *, step: int, written: int):
+    """DiskFull naming the folder, its free space and what one checkpoint
+    needs (the newest one's size; without one, at least what was written)."""
+    from thinkrl.errors import DiskFull
+
+    previous = complete_checkpoints(run_dir)
+    size = _bytes_under(previous[-1]) if previous else written
+    free = shutil.disk_usage(run_dir).free
+    kept = f"{previous[-1].name} stays the newest checkpoint" if previous else "no checkpoint is on disk"
+    return DiskFull(
+        f"saving global_step_{step} in {run_dir} failed ({type(err).__name__}: {str(err)[:160]}): "
+        f"{free / 2**20:.1f} MiB free, one checkpoint needs {'about' if previous else 'more than'} "
+        f"{size / 2**20:.1f} MiB; the partial save was removed and {kept}",
+        "free space there, keep fewer checkpoints (trainer.max_actor_ckpt_to_keep) or point "
+        "trainer.default_local_dir at a larger disk")
 
 
 def _move_into_place(tmp: Path, final: Path) -> None:
