@@ -38,6 +38,9 @@ def add_parser(sub) -> None:
                         help="input files or folders (a folder: its train*/test* files)")
     parser.add_argument("--output", required=True, metavar="DIR",
                         help="folder for train.parquet / test.parquet")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace train.parquet / test.parquet already in --output "
+                             "(without it, prep refuses)")
     parser.add_argument("--template", choices=TEMPLATES, default="chat",
                         help="the data.template the rows are for (default: chat)")
     parser.add_argument("--split", nargs="+", action="extend", metavar="NAME",
@@ -65,7 +68,8 @@ def run(args) -> int:
                           data_source=args.data_source, ability=args.ability,
                           instruction=args.instruction,
                           fields=generic.FieldNames(question=args.question_field,
-                                                    answer=args.answer_field))
+                                                    answer=args.answer_field),
+                          overwrite=args.overwrite)
     written = prepare(request)
     for item in written:
         print(f"{item.split}: {item.rows} rows -> {item.path}")
