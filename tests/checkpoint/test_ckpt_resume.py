@@ -25,6 +25,7 @@ from thinkrl.checkpoint.state import OPTIMIZER_FILE, TRAINER_STATE_FILE, load_ch
 from thinkrl.checkpoint.store import TRACKER, latest_checkpoint
 from thinkrl.checkpoint.verify import sha256_file
 from thinkrl.cli import main, recipe_path
+from thinkrl.errors import DiskFull
 from thinkrl.config import load_config
 from thinkrl.trainer import train
 
@@ -153,7 +154,7 @@ def test_save_that_fails_midway_leaves_the_previous_checkpoint(
         return real_save(obj, f, *args, **kwargs)
 
     monkeypatch.setattr(torch, "save", disk_full_at_step_2)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(DiskFull, match="No space left"):
         train(cfg(), log=lambda *_: None)
     monkeypatch.undo()
     assert sorted(p.name for p in run_dir.iterdir() if p.name.startswith("global_step")) == [
@@ -161,14 +162,14 @@ def test_save_that_fails_midway_leaves_the_previous_checkpoint(
     assert (run_dir / TRACKER).read_text().strip() == "1"
     # A save killed outright leaves its temporary folder behind; a stray
     # folder without the completion marker is never taken for a checkpoint.
-    (run_dir / "global_step_2.tmp-12345").mkdir()
-    (run_dir / "global_step_2.tmp-12345" / OPTIMIZER_FILE).write_bytes(b"half")
+    (run_dir / "global_step_2.tmp-99999999").mkdir()
+    (run_dir / "global_step_2.tmp-99999999" / OPTIMIZER_FILE).write_bytes(b"half")
     (run_dir / "global_step_7").mkdir()
     assert latest_checkpoint(run_dir) == run_dir / "global_step_1"
 
     _, records, messages = _train(cfg())
     assert any(f"resuming from {run_dir / 'global_step_1'}," in m for m in messages)
-    assert not (run_dir / "global_step_2.tmp-12345").exists()
+    assert not (run_dir / "global_step_2.tmp-99999999").exists()
     assert [r["step"] for r in records] == [1, 2]  # the dead run's step 2 was redone once
     assert _without_timing(records) == _without_timing(straight[1][1:3])
     assert (run_dir / TRACKER).read_text().strip() == "2"
