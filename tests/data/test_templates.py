@@ -127,7 +127,7 @@ def test_a_chat_template_that_refuses_system_turns(tiny_tokenizer):
 
 def test_unknown_template_lists_the_known_ones(tiny_tokenizer):
     with pytest.raises(ValueError, match="unknown prompt template 'r1'; known templates: "
-                                         "chat, qwen_r1"):
+                                         "chat, qwen_r1, raw"):
         render_prompt("r1", tiny_tokenizer, USER)
 
 
@@ -141,6 +141,23 @@ def test_config_keys_are_validated():
     cfg.data.template, cfg.data.val_template = "r1", "zero"
     with pytest.raises(ValueError) as err:
         validate(cfg)
-    assert "data.template=r1: use one of: chat, qwen_r1" in str(err.value)
-    assert "data.val_template=zero: use one of: chat, qwen_r1, or null" in str(err.value)
-    assert TEMPLATES == ("chat", "qwen_r1")
+    assert "data.template=r1: use one of: chat, qwen_r1, raw" in str(err.value)
+    assert "data.val_template=zero: use one of: chat, qwen_r1, raw, or null" in str(err.value)
+    assert TEMPLATES == ("chat", "qwen_r1", "raw")
+
+
+def test_raw_is_the_text_as_is_and_bos_only_when_the_tokenizer_adds_it(tiny_tokenizer):
+    assert render_prompt("raw", tiny_tokenizer, USER) == QUESTION  # the tiny tokenizer adds no BOS
+    assert tiny_tokenizer(QUESTION, add_special_tokens=True)["input_ids"] == \
+        tiny_tokenizer(QUESTION, add_special_tokens=False)["input_ids"]
+
+    class AddsBos:  # what a Llama-style tokenizer does on encode
+        bos_token, bos_token_id = "<s>", 1
+
+        def __call__(self, text, add_special_tokens=True):
+            return {"input_ids": [1, 99] if add_special_tokens else [99]}
+
+    assert render_prompt("raw", AddsBos(), USER) == "<s>" + QUESTION
+    assert render_prompt("raw", AddsBos(), [{"role": "user", "content": "<s>Hi"}]) == "<s>Hi"
+    with pytest.raises(ValueError, match="one message .* this row has 2 .user, assistant."):
+        render_prompt("raw", tiny_tokenizer, USER + [{"role": "assistant", "content": "2"}])

@@ -40,7 +40,7 @@ def add_parser(sub) -> None:
                         help="response length limit (rollout.response_length)")
     parser.add_argument("--batch-size", type=int,
                         help="prompts per generate call (data.val_batch_size)")
-    parser.add_argument("--template", choices=("chat", "qwen_r1"),
+    parser.add_argument("--template", choices=("chat", "qwen_r1", "raw"),
                         help="prompt template (data.val_template)")
     parser.add_argument("--out", help="output folder (default: runs/eval/<model>-<time>)")
     parser.add_argument("--config", help="recipe YAML file or built-in recipe name "

@@ -310,8 +310,9 @@ class DataConfig:
     apply_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra keyword arguments to ``tokenizer.apply_chat_template``."""
     template: str = "chat"
-    """thinkrl: how prompts are rendered: "chat" (the tokenizer's chat template)
-    or "qwen_r1" (the R1-Zero "A conversation between User and Assistant ..." prompt)."""
+    """thinkrl: how prompts are rendered: "chat" (the tokenizer's chat template),
+    "qwen_r1" (the R1-Zero "A conversation between User and Assistant ..." prompt)
+    or "raw" (the prompt text as is, after BOS when the tokenizer adds one: base models)."""
     val_template: str | None = None
     """thinkrl: the template of the validation set; None uses ``data.template``."""
 
@@ -431,7 +432,8 @@ class RewardConfig:
     """thinkrl: rule-based rewards (verl has no such group; its keys are thinkrl's own)."""
     scorer: str = "auto"
     """"auto": each row's data_source picks its scorer (as in verl); or one
-    scorer for every row: "gsm8k", "math" or "r1"."""
+    scorer for every row: "gsm8k", "math", "r1" or "exact" (the stripped
+    response equals the stripped ground truth)."""
     format_score: float = 0.0
     """gsm8k and math: score of a response with a well-formed but wrong answer."""
     r1_format_weight: float = 0.5
