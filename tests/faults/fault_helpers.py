@@ -44,8 +44,16 @@ def intact(folder: Path) -> bool:
     return True
 
 
-def spawn(argv: list[str]) -> subprocess.Popen:
-    """`python -m thinkrl ARGV` as a user would start it."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *sys.path])}
+def spawn(argv: list[str], *, output: Path | None = None) -> subprocess.Popen:
+    """`python -m thinkrl ARGV` as a user would start it; its stdout and
+    stderr go to pipes, or to `output`.out / `output`.err when given (a
+    process left running cannot then block on a full pipe). faulthandler is
+    on, so SIGABRT makes it print every thread's stack."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *sys.path]),
+           "PYTHONFAULTHANDLER": "1"}
+    if output is None:
+        out = err = subprocess.PIPE
+    else:
+        out, err = open(f"{output}.out", "w"), open(f"{output}.err", "w")
     return subprocess.Popen([sys.executable, "-m", "thinkrl", *argv], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+                            stdout=out, stderr=err, cwd=REPO)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import re
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -79,13 +80,19 @@ def test_ctrl_c_mid_step(tiny):
     Behaviour: exit 130 with no traceback; prints what is kept and the exact resume command.
     Kept: every finished checkpoint, intact; no temporary save folder; the lock released."""
     run_dir, argv = tiny
-    process = spawn(argv("trainer.total_training_steps=200", "trainer.save_freq=1"))
+    logs = run_dir.parent / "train"
+    process = spawn(argv("trainer.total_training_steps=200", "trainer.save_freq=1"), output=logs)
     deadline = time.monotonic() + 300
     while not (run_dir / "global_step_1" / "meta.json").exists() and time.monotonic() < deadline:
-        assert process.poll() is None, process.communicate()
+        assert process.poll() is None, Path(f"{logs}.err").read_text()
         time.sleep(0.2)
     process.send_signal(signal.SIGINT)
-    out, err = process.communicate(timeout=120)
+    try:
+        process.wait(timeout=300)
+    except subprocess.TimeoutExpired:  # show where it hangs (faulthandler), then fail
+        process.send_signal(signal.SIGABRT)
+        process.wait()
+    err = Path(f"{logs}.err").read_text()
     assert process.returncode == 130, err
     assert "Traceback" not in err and "thinkrl: stopped by Ctrl-C" in err
     kept = on_disk(run_dir)
