@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from thinkrl.checkpoint.verify import verify_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,6 +27,15 @@ def overrides(model_dir: Path, run_dir: Path, *extra: str) -> list[str]:
             "data.max_response_length=16", "data.val_batch_size=100",
             "trainer.val_before_train=False", "trainer.test_freq=-1",
             "trainer.progress_bar=False", "trainer.logger=[]", *extra]
+
+
+@pytest.fixture
+def tiny(asset_cache, tiny_model_dir, tmp_path):
+    """(run_dir, argv builder) for a tiny run in tmp_path/run. Imported by
+    each test module (a conftest.py here would shadow tests/conftest.py for
+    the tests that `from conftest import ...`)."""
+    run_dir = tmp_path / "run"
+    return run_dir, lambda *extra: ["train", *overrides(tiny_model_dir, run_dir, *extra)]
 
 
 def steps_logged(run_dir: Path) -> list[int]:

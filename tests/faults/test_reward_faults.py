@@ -8,7 +8,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from fault_helpers import on_disk, steps_logged
+from fault_helpers import on_disk, steps_logged, tiny  # noqa: F401  (fixture)
 
 from thinkrl.checkpoint.lock import LOCK_FILE
 from thinkrl.cli import main

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from fault_helpers import intact, on_disk, spawn, steps_logged
+from fault_helpers import intact, on_disk, spawn, steps_logged, tiny  # noqa: F401  (fixture)
 
 from thinkrl.checkpoint.lock import LOCK_FILE
 from thinkrl.checkpoint.store import TRACKER
