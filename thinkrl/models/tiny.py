@@ -147,13 +147,11 @@ def pretrain(model, tokenizer, pairs: list[tuple[str, str]], spec: TinyModelSpec
         if bar is not None:
             bar.set_postfix(loss=f"{smoothed:.3f}", refresh=False)
             bar.update(1)
-        if (step + 1) % 200 == 0 or step + 1 == spec.pretrain_steps:
+        if bar is None and ((step + 1) % 200 == 0 or step + 1 == spec.pretrain_steps):
             elapsed = time.time() - start
             left = elapsed / (step + 1) * (spec.pretrain_steps - step - 1)
-            message = (f"  pretrain step {step + 1}/{spec.pretrain_steps}  loss {smoothed:.3f}  "
-                       f"({elapsed:.0f}s, about {left:.0f}s left)")
-            if bar is None:
-                log(message)
+            log(f"  pretrain step {step + 1}/{spec.pretrain_steps}  loss {smoothed:.3f}  "
+                f"({elapsed:.0f}s, about {left:.0f}s left)")
     if bar is not None:
         bar.close()
     model.eval()
