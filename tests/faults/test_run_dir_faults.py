@@ -82,3 +82,21 @@ def test_prep_over_an_existing_data_set(tmp_path, capsys):
     assert (out / "train.parquet").read_bytes() == b"hand-made"
     assert main(["prep", "builtin", "--output", str(out), "--overwrite"]) == 0
     assert (out / "train.parquet").read_bytes() == before
+
+
+def test_truncated_model_weights_at_start(tiny, tiny_model_dir, tmp_path, capsys):
+    """Case: the model folder's model.safetensors truncated (a download cut short).
+    Behaviour: exit 2 naming the folder and the fix (before: a raw safetensors traceback).
+    Kept: the run folder holds only the released lock file."""
+    import shutil
+
+    run_dir, argv = tiny
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    weights = model / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    assert main([*argv("trainer.total_training_steps=1"), f"actor_rollout_ref.model.path={model}"]) == 2
+    err = capsys.readouterr().err
+    assert f"actor_rollout_ref.model.path='{model}': cannot load the model" in err
+    assert "Re-download" in err and "Traceback" not in err
+    assert sorted(p.name for p in run_dir.iterdir()) == [LOCK_FILE]
