@@ -7,13 +7,16 @@ BIN := $(VENV)/bin
 # Pinned first so that no later requirement pulls a different (multi-GB CUDA)
 # build; override for an accelerator machine, e.g. TORCH_SPEC='torch==2.13.0'.
 TORCH_SPEC ?= torch==2.13.0
+# The versions the README's demo numbers come from (empty: newest releases).
+CONSTRAINTS ?= constraints.txt
+PIN := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 
 .PHONY: install demo test bench clean
 
-$(BIN)/thinkrl: pyproject.toml
+$(BIN)/thinkrl: pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check $(TORCH_SPEC)
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	$(BIN)/pip install -q --disable-pip-version-check $(PIN) $(TORCH_SPEC)
+	$(BIN)/pip install -q --disable-pip-version-check $(PIN) -e '.[dev]'
 	touch $@
 
 install: $(BIN)/thinkrl

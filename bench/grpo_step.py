@@ -4,7 +4,9 @@ Workload (the same on any model, so it can be run beside other frameworks):
 8 prompts x 8 samples from the built-in arithmetic set, exactly 64 response
 tokens each (`rollout.ignore_eos=True`), KL loss to a frozen reference on,
 one optimizer step per training step (`ppo_mini_batch_size=8`). The tiny
-recipe supplies everything else; verl-style overrides go on top:
+recipe supplies everything else; verl-style overrides go on top (e.g.
+data.train_files=... to time your own prompts), and the report prints the
+workload as run: the data, the sizes, the measured mean response length:
 
     python bench/grpo_step.py                                  # tiny Qwen2, CPU
     python bench/grpo_step.py --steps 5 --warmup 2 --json out.json
@@ -64,10 +66,10 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def summarize(steps: list[dict[str, float]]) -> dict:
-    """Means over the measured steps; throughputs are totals over totals."""
+def summarize(steps: list[dict[str, float]], *, responses: int) -> dict:
+    """Means over the measured steps (`responses` per step); throughputs are
+    totals over totals."""
     step_s = [m["timing_s/step"] for m in steps]
-    responses = PROMPTS * SAMPLES
     generated = sum(m["response_length/mean"] * responses for m in steps)
     stages = {s: sum(m.get(f"timing_s/{s}", 0.0) for m in steps) / len(steps) for s in STAGES}
     stages["other"] = sum(step_s) / len(steps) - sum(stages.values())  # batching, bookkeeping
@@ -89,8 +91,12 @@ def report(info: dict, result: dict) -> str:
         f"device        {info['device']}  dtype {info['dtype']}  torch threads {info['threads']}",
         f"versions      torch {info['torch']}  transformers {info['transformers']}  "
         f"python {info['python']}",
-        f"workload      {PROMPTS} prompts x {SAMPLES} samples, {RESPONSE_TOKENS} response tokens "
-        f"(ignore_eos), KL loss on; {info['warmup']} warmup + {info['steps']} measured steps",
+        f"data          {info['train_files']}",
+        f"workload      {info['prompts']} prompts x {info['samples']} samples, responses of "
+        f"{result['response_length_mean']:.1f} tokens on average (limit "
+        f"{info['max_response_length']}{', ignore_eos' if info['ignore_eos'] else ''}), KL loss "
+        f"{'on' if info['kl_loss'] else 'off'}; {info['warmup']} warmup + {info['steps']} "
+        "measured steps",
         f"step          {mean:.3f} s mean, {result['step_s_min']:.3f} s min "
         f"(each: {' '.join(f'{s:.3f}' for s in result['step_s'])})",
         f"generation    {result['gen_tokens_per_s']:.1f} response tokens/s "
@@ -138,8 +144,14 @@ def main(argv: list[str] | None = None) -> int:
         "transformers": transformers.__version__, "python": platform.python_version(),
         "warmup": args.warmup, "steps": args.steps, "overrides": args.overrides,
         "peak_memory_bytes": peak, "peak_memory_kind": peak_kind,
+        # The workload as run (overrides may change the defaults above).
+        "train_files": cfg.data.train_files, "prompts": cfg.data.train_batch_size,
+        "samples": cfg.actor_rollout_ref.rollout.n,
+        "max_response_length": cfg.data.max_response_length,
+        "ignore_eos": cfg.actor_rollout_ref.rollout.ignore_eos,
+        "kl_loss": cfg.actor_rollout_ref.actor.use_kl_loss,
     }
-    result = summarize(measured)
+    result = summarize(measured, responses=cfg.data.train_batch_size * cfg.actor_rollout_ref.rollout.n)
     print(report(info, result))
     if args.json:
         with open(args.json, "w") as f:

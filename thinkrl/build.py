@@ -19,6 +19,7 @@ import yaml
 from thinkrl import builtin
 from thinkrl.algos.advantages import get_advantage_estimator
 from thinkrl.algos.kl_control import KLController
+from thinkrl.checkpoint.lock import RunLock
 from thinkrl.checkpoint.resume import checkpoint_to_resume
 from thinkrl.checkpoint.state import Progress, load_checkpoint
 from thinkrl.config import Config, DerivedSizes, execution_backend, inactive_settings, validate
@@ -30,7 +31,7 @@ from thinkrl.metrics import MetricsLog
 from thinkrl.models.loading import eos_token_ids, load_generation_config, load_tokenizer
 from thinkrl.parallel.device import synchronizer
 from thinkrl.rewards.scorer import RewardScorer
-from thinkrl.rewards.watch import ZeroRewardWatch
+from thinkrl.rewards.watch import FailureBreaker, ZeroRewardWatch
 from thinkrl.rollout.base import RolloutEngine, SamplingParams
 from thinkrl.rollout.native import NativeEngine
 from thinkrl.workers.policy_rank import PolicyRank, RankSpec, sampling_seed
@@ -72,14 +73,21 @@ class Run:
     """Where training stands: step 0, or the step of the checkpoint resumed from."""
     close_workers: Callable[[], None] = lambda: None
     """Stops the Ray workers (ray backend)."""
+    reward_breaker: FailureBreaker | None = None
+    """Stops the run when most responses fail to score (reward.max_failure_rate)."""
+    lock: RunLock | None = None
+    """This run's exclusive hold on run_dir (thinkrl.checkpoint.lock); close() frees it."""
 
     def close(self) -> None:
-        """Stop the scoring workers, the Ray workers, and close the logger sinks."""
+        """Stop the scoring workers and the Ray workers, close the logger sinks,
+        free the run directory."""
         try:
             self.reward.close()
             self.metrics_log.close()
         finally:
             self.close_workers()
+            if self.lock is not None:
+                self.lock.release()
 
     @property
     def on_policy(self) -> bool:
@@ -106,8 +114,21 @@ def check_backend(cfg: Config) -> None:
 
 
 def build_run(cfg: Config, *, log=print) -> Run:
+    """The run of `cfg`, holding the lock of its run directory (taken first:
+    a second run into the same folder is refused before anything loads)."""
     sizes = validate(cfg)
     check_backend(cfg)
+    lock = RunLock.acquire(cfg.trainer.default_local_dir, log=log)
+    try:
+        run = _assemble(cfg, sizes, log=log)
+    except BaseException:
+        lock.release()
+        raise
+    run.lock = lock
+    return run
+
+
+def _assemble(cfg: Config, sizes: DerivedSizes, *, log=print) -> Run:
     for note in inactive_settings(cfg):
         log(f"note: {note}")
     arr = cfg.actor_rollout_ref
@@ -165,7 +186,8 @@ def build_run(cfg: Config, *, log=print) -> Run:
                   sampling=sampling, val_sampling=val_sampling, total_steps=total_steps,
                   metrics_log=metrics_log,
                   kl_controller=_kl_controller(cfg), sync=sync,
-                  close_workers=close_workers)
+                  close_workers=close_workers,
+                  reward_breaker=FailureBreaker.from_config(cfg.reward))
     except BaseException:
         close_workers()
         raise

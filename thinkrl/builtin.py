@@ -49,7 +49,7 @@ def write_arith_parquet(folder: Path, *, log=print) -> None:
     from thinkrl.data.prep import PrepRequest, prepare
 
     written = {w.split: w.rows for w in prepare(PrepRequest(source="builtin", output=folder,
-                                                             template="chat"))}
+                                                             template="chat", overwrite=True))}
     log(f"wrote the built-in arithmetic set ({written['train']} train / {written['test']} test) "
         f"to {folder}")
 

@@ -37,14 +37,10 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = [*args.overrides, *extra]
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     command = importlib.import_module(f"thinkrl.commands.{args.command}")
-    try:
-        return command.run(args)
-    except ValueError as err:  # a user mistake: the message says what to do
-        print(f"thinkrl: error: {err}", file=sys.stderr)
-        return 2
-    except FloatingPointError as err:
-        print(f"thinkrl: training stopped: {err}", file=sys.stderr)
-        return 1
+    from thinkrl.exits import run_command
+
+    # Every failure ends as a message (user error, stop, disk full, Ctrl-C, bug).
+    return run_command(command.run, args, argv=list(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":

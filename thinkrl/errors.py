@@ -22,3 +22,14 @@ def problem_and_fix(err: Exception, *, default_fix: str = "see the message") -> 
     if isinstance(err, SetupError):
         return err.problem, err.fix
     return str(err), default_fix
+
+
+class RunStopped(RuntimeError):
+    """The run stopped itself on purpose (a guard fired: destroyed weights,
+    failing rewards). Its message says why, what is kept on disk and how to
+    go on; the command line prints it without a traceback and exits 1."""
+
+
+class DiskFull(SetupError):
+    """A write failed because the disk is full; names the folder, its free
+    space and the space needed."""

@@ -55,7 +55,10 @@ def open_sinks(names: list[str], *, run_dir: Path, config: dict[str, Any] | None
     sinks: list[Sink] = []
     for name in dict.fromkeys(names):  # a name given twice opens one sink
         if name == "console":
-            sinks.append(ConsoleSink(print_fn))
+            # With the progress bar on, the bar shows each step's reward: a
+            # line per step too would push it up the screen every step.
+            bar = bool(((config or {}).get("trainer") or {}).get("progress_bar", False))
+            sinks.append(ConsoleSink(print_fn, validation_only=bar))
         elif name == "tensorboard":
             sinks.append(TensorBoardSink(_tensorboard_dir(run_dir)))
         elif name == "wandb":
@@ -64,12 +67,17 @@ def open_sinks(names: list[str], *, run_dir: Path, config: dict[str, Any] | None
 
 
 class ConsoleSink:
-    """One compact line per step: the headline metrics and any validation."""
+    """One compact line per step: the headline metrics and any validation;
+    with `validation_only` (trainer.progress_bar on) only the steps that
+    validated get a line."""
 
-    def __init__(self, print_fn: Callable[[str], None]) -> None:
+    def __init__(self, print_fn: Callable[[str], None], *, validation_only: bool = False) -> None:
         self.print = print_fn
+        self.validation_only = validation_only
 
     def log(self, metrics: dict[str, float], step: int) -> None:
+        if self.validation_only and not any(k.startswith("val-") for k in metrics):
+            return
         self.print(format_console({"step": step, **metrics}))
 
     def close(self) -> None:

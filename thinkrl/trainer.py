@@ -21,6 +21,7 @@ from thinkrl.checkpoint.state import Progress, save_checkpoint
 from thinkrl.config import Config
 from thinkrl.evaluation import run_validation
 from thinkrl.generations import log_train_generations, log_val_generations
+from thinkrl.guard import DivergenceGuard, kept_on_disk
 from thinkrl.metrics import StageTimer, rollout_metrics, throughput_metrics
 from thinkrl.records import Rollouts, TrainBatch
 from thinkrl.rewards.scoring import decode_responses, token_level_rewards
@@ -67,13 +68,16 @@ def train_run(run: Run, *, log=print) -> TrainResult:
 
     skipped_in_a_row = run.progress.skipped_updates_in_a_row
     bar = ProgressBar(run)
+    guard = DivergenceGuard(run)
     for step in range(start + 1, run.total_steps + 1):
         metrics = grpo_step(run, step)
+        guard.check(metrics, step=step)  # a destroyed policy is neither validated nor saved
         skipped_in_a_row = skipped_in_a_row + 1 if metrics["actor/skipped_updates"] else 0
         if skipped_in_a_row >= MAX_SKIPPED_UPDATES:
             raise FloatingPointError(
                 f"step {step}: the gradient norm was not finite for {skipped_in_a_row} steps in "
-                "a row (those updates were skipped, the weights are the last good ones). "
+                f"a row; those updates were skipped, so the weights in memory are those after step "
+                f"{step - skipped_in_a_row} (not saved by this stop). {kept_on_disk(run.run_dir)} "
                 "Lower actor_rollout_ref.actor.optim.lr or check the rewards.")
         test_freq = cfg.trainer.test_freq
         if step == run.total_steps or (test_freq > 0 and step % test_freq == 0):
@@ -105,7 +109,8 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
         with timer("reward"):
             texts = decode_responses(rollouts, run.tokenizer)
             scored = run.reward.score(texts, rollouts.samples)
-        run.zero_reward_watch.update(scored.scores)
+        run.zero_reward_watch.update(scored.scores, failures=scored.errors + scored.timeouts)
+        check_reward_failures(run, scored, step=step)  # before an update on failed scores
         save_train_generations(run, step, rollouts, texts=texts, scores=scored.scores)
         sequences = rollouts.sequences()  # prompt + response, built once per step
         with timer("old_log_prob"):
@@ -186,6 +191,14 @@ def train_batch(run: Run, rollouts: Rollouts, sequences: Sequences, *, advantage
                       advantages=advantages,
                       old_logprobs=None if run.on_policy else old_logprobs,
                       ref_logprobs=ref_logprobs if run.actor.kl_estimator is not None else None)
+
+
+def check_reward_failures(run: Run, scored, *, step: int) -> None:
+    """reward.max_failure_rate: RunStopped when most responses fail to score."""
+    if run.reward_breaker is not None:
+        run.reward_breaker.update(errors=scored.errors, timeouts=scored.timeouts,
+                                  responses=len(scored.scores), step=step,
+                                  first_error=run.reward.first_error, run_dir=run.run_dir)
 
 
 def save_train_generations(run: Run, step: int, rollouts: Rollouts, *, texts: list[str],

@@ -23,7 +23,9 @@ import torch
 
 from thinkrl.checkpoint.state import OPTIMIZER_FILE, TRAINER_STATE_FILE, load_checkpoint
 from thinkrl.checkpoint.store import TRACKER, latest_checkpoint
+from thinkrl.checkpoint.verify import sha256_file
 from thinkrl.cli import main, recipe_path
+from thinkrl.errors import DiskFull
 from thinkrl.config import load_config
 from thinkrl.trainer import train
 
@@ -60,6 +62,9 @@ def _config(model_dir: Path, data: tuple[Path, Path], run_dir: Path, *extra: str
         # The entropy bonus moves the weights even when every group scores the
         # same, so a state restored wrongly shows up in the next steps' metrics.
         "actor_rollout_ref.actor.entropy_coeff=0.01", "actor_rollout_ref.actor.optim.lr=1e-3",
+        # ...and drives the tiny model to 99 % of the uniform entropy by step 3,
+        # which the divergence guard rightly calls destroyed: off for this test.
+        "trainer.divergence_guard=False",
         "actor_rollout_ref.actor.optim.warmup_style=constant",
         f"trainer.total_training_steps={STEPS}", "trainer.test_freq=2", "trainer.save_freq=1",
         "trainer.progress_bar=False", "trainer.logger=[]", *extra])
@@ -149,7 +154,7 @@ def test_save_that_fails_midway_leaves_the_previous_checkpoint(
         return real_save(obj, f, *args, **kwargs)
 
     monkeypatch.setattr(torch, "save", disk_full_at_step_2)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(DiskFull, match="No space left"):
         train(cfg(), log=lambda *_: None)
     monkeypatch.undo()
     assert sorted(p.name for p in run_dir.iterdir() if p.name.startswith("global_step")) == [
@@ -157,14 +162,14 @@ def test_save_that_fails_midway_leaves_the_previous_checkpoint(
     assert (run_dir / TRACKER).read_text().strip() == "1"
     # A save killed outright leaves its temporary folder behind; a stray
     # folder without the completion marker is never taken for a checkpoint.
-    (run_dir / "global_step_2.tmp-12345").mkdir()
-    (run_dir / "global_step_2.tmp-12345" / OPTIMIZER_FILE).write_bytes(b"half")
+    (run_dir / "global_step_2.tmp-99999999").mkdir()
+    (run_dir / "global_step_2.tmp-99999999" / OPTIMIZER_FILE).write_bytes(b"half")
     (run_dir / "global_step_7").mkdir()
     assert latest_checkpoint(run_dir) == run_dir / "global_step_1"
 
     _, records, messages = _train(cfg())
     assert any(f"resuming from {run_dir / 'global_step_1'}," in m for m in messages)
-    assert not (run_dir / "global_step_2.tmp-12345").exists()
+    assert not (run_dir / "global_step_2.tmp-99999999").exists()
     assert [r["step"] for r in records] == [1, 2]  # the dead run's step 2 was redone once
     assert _without_timing(records) == _without_timing(straight[1][1:3])
     assert (run_dir / TRACKER).read_text().strip() == "2"
@@ -251,6 +256,14 @@ def test_a_failed_resume_keeps_the_metrics(straight, tiny_model_dir, data_files,
         shutil.rmtree(run_dir / f"global_step_{step}")
     (run_dir / TRACKER).write_text("2")
     torch.save({"step": 2, "payload": _Payload()}, run_dir / "global_step_2" / TRAINER_STATE_FILE)
+    # Its checksum updated too, so verification passes and the load itself fails
+    # (a changed file with its old checksum is skipped: tests/faults).
+    meta_path = run_dir / "global_step_2" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    state_file = run_dir / "global_step_2" / TRAINER_STATE_FILE
+    meta["files"][TRAINER_STATE_FILE] = {"bytes": state_file.stat().st_size,
+                                         "sha256": sha256_file(state_file)}
+    meta_path.write_text(json.dumps(meta))
     before = (run_dir / "metrics.jsonl").read_text()
     assert '"step": 4' in before
     with pytest.raises(pickle.UnpicklingError):

@@ -18,6 +18,7 @@ from thinkrl.checkpoint.store import (MARKER, TRACKER, atomic_checkpoint, comple
                                       rotate)
 from thinkrl.config import load_config, validate
 from thinkrl.config.schema import TrainerConfig
+from thinkrl.errors import DiskFull
 
 
 def _save(run_dir: Path, step: int) -> Path:
@@ -28,14 +29,16 @@ def _save(run_dir: Path, step: int) -> Path:
 
 def test_atomic_save_writes_marker_then_tracker(tmp_path):
     folder = _save(tmp_path, 3)
-    assert json.loads((folder / MARKER).read_text()) == {"step": 3}
+    # The marker lists every file with its size and sha256 (hashlib.sha256(bytes([3]))).
+    assert json.loads((folder / MARKER).read_text()) == {"step": 3, "files": {"weights.bin": {
+        "bytes": 1, "sha256": "084fed08b978af4d7d196a7446a86b58009e636b611db16211b65a9aadff29c5"}}}
     assert (tmp_path / TRACKER).read_text() == "3\n"
     assert [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name] == []
 
 
 def test_failed_save_leaves_previous_latest(tmp_path):
     _save(tmp_path, 1)
-    with pytest.raises(OSError):
+    with pytest.raises(DiskFull, match="one checkpoint needs about 0.0 MiB"):
         with atomic_checkpoint(tmp_path, 2, {"step": 2}) as tmp:
             (tmp / "weights.bin").write_bytes(b"partial")
             raise OSError(28, "No space left on device")
@@ -47,7 +50,7 @@ def test_failed_save_leaves_previous_latest(tmp_path):
 def test_latest_ignores_unfinished_and_unmarked_folders(tmp_path):
     _save(tmp_path, 1)
     _save(tmp_path, 2)
-    (tmp_path / "global_step_3.tmp-4242").mkdir()  # a save killed mid-write
+    (tmp_path / "global_step_3.tmp-99999999").mkdir()  # a save killed mid-write
     (tmp_path / "global_step_4").mkdir()  # no completion marker
     assert [p.name for p in complete_checkpoints(tmp_path)] == ["global_step_1", "global_step_2"]
     assert latest_checkpoint(tmp_path) == tmp_path / "global_step_2"
@@ -56,7 +59,7 @@ def test_latest_ignores_unfinished_and_unmarked_folders(tmp_path):
     assert latest_checkpoint(tmp_path, log=messages.append) == tmp_path / "global_step_2"
     assert "not a complete checkpoint" in messages[0]
     remove_stale_tmp(tmp_path, log=lambda *_: None)
-    assert not (tmp_path / "global_step_3.tmp-4242").exists()
+    assert not (tmp_path / "global_step_3.tmp-99999999").exists()
 
 
 def test_tracker_wins_over_later_steps_of_an_older_run(tmp_path):

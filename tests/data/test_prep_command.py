@@ -120,3 +120,17 @@ def test_unknown_source_is_refused_by_the_parser(capsys):
     with pytest.raises(SystemExit):
         main(["prep", "mmlu", "--output", "x"])
     assert "invalid choice: 'mmlu'" in capsys.readouterr().err
+
+
+def test_prep_refuses_to_overwrite_without_the_flag(train_jsonl, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["prep", "gsm8k", "--input", str(train_jsonl), "--output", str(out)]) == 0
+    (out / "train.parquet").write_bytes(b"my own data")
+    capsys.readouterr()
+    assert main(["prep", "gsm8k", "--input", str(train_jsonl), "--output", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{out / 'train.parquet'} exist(s) already" in err and "--overwrite" in err
+    assert (out / "train.parquet").read_bytes() == b"my own data"  # untouched
+    assert main(["prep", "gsm8k", "--input", str(train_jsonl), "--output", str(out),
+                 "--overwrite"]) == 0
+    assert (out / "train.parquet").read_bytes()[:4] == b"PAR1"

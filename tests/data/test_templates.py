@@ -128,7 +128,7 @@ def test_a_chat_template_that_refuses_system_turns(tiny_tokenizer):
 
 def test_unknown_template_lists_the_known_ones(tiny_tokenizer):
     with pytest.raises(ValueError, match="unknown prompt template 'r1'; known templates: "
-                                         "chat, qwen_r1, r1_system"):
+                                         "chat, qwen_r1, r1_system, raw"):
         render_prompt("r1", tiny_tokenizer, USER)
 
 
@@ -142,9 +142,9 @@ def test_config_keys_are_validated():
     cfg.data.template, cfg.data.val_template = "r1", "zero"
     with pytest.raises(ValueError) as err:
         validate(cfg)
-    assert "data.template=r1: use one of: chat, qwen_r1, r1_system" in str(err.value)
-    assert "data.val_template=zero: use one of: chat, qwen_r1, r1_system, or null" in str(err.value)
-    assert TEMPLATES == ("chat", "qwen_r1", "r1_system")
+    assert "data.template=r1: use one of: chat, qwen_r1, r1_system, raw" in str(err.value)
+    assert "data.val_template=zero: use one of: chat, qwen_r1, r1_system, raw, or null" in str(err.value)
+    assert TEMPLATES == ("chat", "qwen_r1", "r1_system", "raw")
 
 
 # --- qwen_r1: MindSpeed-RL's template, byte for byte ---------------------------------
@@ -221,3 +221,20 @@ def test_qwen_r1_stops_at_im_end_as_mindspeed_rl(qwen_tokenizer, tiny_tokenizer)
     assert stop_token_ids(["qwen_r1"], qwen_tokenizer) == [151645]
     assert stop_token_ids(["qwen_r1", None], tiny_tokenizer) == [tiny_tokenizer.eos_token_id]
     assert stop_token_ids(["chat", "r1_system"], qwen_tokenizer) == []
+
+
+def test_raw_is_the_text_as_is_and_bos_only_when_the_tokenizer_adds_it(tiny_tokenizer):
+    assert render_prompt("raw", tiny_tokenizer, USER) == QUESTION  # the tiny tokenizer adds no BOS
+    assert tiny_tokenizer(QUESTION, add_special_tokens=True)["input_ids"] == \
+        tiny_tokenizer(QUESTION, add_special_tokens=False)["input_ids"]
+
+    class AddsBos:  # what a Llama-style tokenizer does on encode
+        bos_token, bos_token_id = "<s>", 1
+
+        def __call__(self, text, add_special_tokens=True):
+            return {"input_ids": [1, 99] if add_special_tokens else [99]}
+
+    assert render_prompt("raw", AddsBos(), USER) == "<s>" + QUESTION
+    assert render_prompt("raw", AddsBos(), [{"role": "user", "content": "<s>Hi"}]) == "<s>Hi"
+    with pytest.raises(ValueError, match="one message .* this row has 2 .user, assistant."):
+        render_prompt("raw", tiny_tokenizer, USER + [{"role": "assistant", "content": "2"}])

@@ -68,3 +68,26 @@ def test_hub_model_ids_need_room_in_the_hf_cache(monkeypatch, tmp_path):
 
 def test_nearest_existing_folder(tmp_path):
     assert nearest_existing(tmp_path / "a" / "b" / "c") == tmp_path
+
+
+def test_checkpoints_already_on_disk_are_not_needed_again(monkeypatch, tmp_path):
+    # Seed: after a disk-full stop and a cleanup, the doctor refused the resume
+    # because it counted the 2 checkpoints on disk as space still to find.
+    # 1000 params x 12 bytes = 12000 bytes per checkpoint; keep 2: 3 x 12000 at
+    # the peak; 2 x 12002 bytes are already on disk, which leaves 36000 - 24004 =
+    # 11996, but one whole checkpoint (12000) is always needed for the next save.
+    for step in (10, 20):
+        folder = tmp_path / f"global_step_{step}"
+        folder.mkdir()
+        (folder / "weights").write_bytes(b"w" * 12000)
+        (folder / "meta.json").write_text("{}")  # 2 bytes each
+    ctx = context("trainer.save_freq=10", "trainer.max_actor_ckpt_to_keep=2",
+                  f"trainer.default_local_dir={tmp_path}", param_count=1000)
+    [place] = [p for p in disk.locations(ctx) if p.name == "checkpoints"]
+    assert place.need == 12000
+    assert "already on disk" in place.why
+    fresh = context("trainer.save_freq=10", "trainer.max_actor_ckpt_to_keep=2",
+                    "trainer.resume_mode=disable", f"trainer.default_local_dir={tmp_path}",
+                    param_count=1000)
+    [place] = [p for p in disk.locations(fresh) if p.name == "checkpoints"]
+    assert place.need == 3 * 12000

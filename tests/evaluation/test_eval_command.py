@@ -106,3 +106,21 @@ def test_default_output_folder_names_the_checkpoint():
     out = output_dir(None, "/x/runs/thinkrl/tiny/global_step_20/huggingface")
     assert out.parent == (Path("runs") / "eval").resolve()
     assert out.name.startswith("tiny-global_step_20-huggingface-")
+
+
+def test_default_response_length_fits_the_models_positions(tiny_model_dir, small_parquet,
+                                                            tmp_path, capsys):
+    # The README's example gives no --max-new-tokens: verl's default 512 exceeds the
+    # tiny model's positions, so the length is fitted to them, with a note.
+    limit = json.loads((tiny_model_dir / "config.json").read_text())["max_position_embeddings"]
+    assert limit <= 512  # a prompt + 512 response tokens cannot fit
+    out = tmp_path / "out"
+    assert main(["eval", "--model", str(tiny_model_dir), "--data", str(small_parquet),
+                 "--out", str(out), "trainer.device=cpu"]) == 0
+    printed = capsys.readouterr().out
+    max_new = json.loads((out / "eval.json").read_text())["settings"]["max_new_tokens"]
+    assert f"responses are limited to {max_new} tokens" in printed and 0 < max_new < limit
+    # Asked for explicitly, a length that does not fit is still an error.
+    assert main(["eval", "--model", str(tiny_model_dir), "--data", str(small_parquet),
+                 "--max-new-tokens", str(limit), "--out", str(tmp_path / "o2")]) == 2
+    assert "lower --max-new-tokens" in capsys.readouterr().err

@@ -50,3 +50,27 @@ def test_gradient_checkpointing_is_switched_on(tiny_model_dir):
     assert getattr(model, flag)
     plain = load_causal_lm(str(tiny_model_dir), dtype=torch.float32, device=torch.device("cpu"))
     assert not getattr(plain, flag)
+
+
+def test_a_truncated_or_mismatched_model_folder_is_a_clear_error(tiny_model_dir, tmp_path):
+    import json
+    import shutil
+
+    import pytest
+    import torch
+
+    from thinkrl.models.loading import load_causal_lm
+
+    truncated = tmp_path / "truncated"
+    shutil.copytree(tiny_model_dir, truncated)
+    weights = truncated / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with pytest.raises(ValueError, match="a weight file does not read .truncated or corrupt"):
+        load_causal_lm(str(truncated), dtype=torch.float32, device=torch.device("cpu"))
+    mismatched = tmp_path / "mismatched"
+    shutil.copytree(tiny_model_dir, mismatched)
+    config = json.loads((mismatched / "config.json").read_text())
+    config["hidden_size"] *= 2
+    (mismatched / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="do not match the shapes config.json describes"):
+        load_causal_lm(str(mismatched), dtype=torch.float32, device=torch.device("cpu"))

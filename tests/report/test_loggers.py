@@ -132,3 +132,15 @@ def test_wandb_gets_project_name_config_and_each_step(tmp_path, monkeypatch):
     MetricsLog(tmp_path, loggers=["wandb"], print_fn=lambda _: None, config=config).begin()
     assert calls[0][1]["id"] != run_id and calls[0][1]["resume"] is None
 
+
+
+def test_console_prints_only_validation_steps_while_the_progress_bar_is_on(tmp_path):
+    printed = []
+    log = MetricsLog(tmp_path, loggers=["console"], print_fn=printed.append,
+                     config={"trainer": {"progress_bar": True}})
+    log.begin(resume_step=None)
+    log.log({"critic/score/mean": 0.5}, step=1)
+    log.log({"critic/score/mean": 0.6, "val-core/x/acc/mean@1": 0.7}, step=2)
+    log.close()
+    assert len(printed) == 1 and "0.7" in printed[0]
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 2  # jsonl keeps every step

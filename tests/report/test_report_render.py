@@ -167,3 +167,23 @@ def test_cli_report_without_metrics_is_a_clear_error(tmp_path, capsys, make):
     assert err.startswith("thinkrl: error: ") and str(run) in err
     assert {"empty dir": "no metrics.jsonl", "missing dir": "no such directory",
             "empty file": "no complete metrics line"}[make] in err
+
+
+def test_identical_reward_and_acc_are_one_line_and_flat_zero_plots_are_explained(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    lines = [{"step": 0, VAL: 0.1, ACC: 0.1}]
+    for step in (1, 2):
+        record = _train_record(step)
+        record.update({"actor/pg_clipfrac": 0.0, "actor/ppo_kl": 0.0})  # on-policy: always 0
+        lines.append(record)
+    lines[-1].update({VAL: 0.4, ACC: 0.4})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    panels = {p.name: p for p in render_report(run).panels}
+    labels = [line.get_label() for line in panels["validation"].figure.axes[0].lines]
+    assert labels == ["gsm8k/acc/mean@4 = reward (identical)"]
+    policy = panels["policy"]
+    titles = [ax.get_title() for ax in policy.figure.axes if ax.get_visible()]
+    assert "clip fraction" not in titles and "PPO KL (π vs π_old)" not in titles
+    assert "entropy (nats/token)" in titles
+    assert "Always 0 in this run, so not drawn: clip fraction (one optimizer step" in policy.note

@@ -84,3 +84,13 @@ def test_validate_rejects_a_custom_function_with_a_forced_scorer():
     cfg.reward.scorer = "auto"
     cfg.actor_rollout_ref.rollout.n = 4  # Config()'s n=1 is a problem of its own for GRPO
     validate(cfg)
+
+
+def test_exact_scorer_compares_the_stripped_texts():
+    from thinkrl.rewards.registry import make_scorer
+
+    exact = make_scorer("exact")
+    assert exact("  Paris\n", "Paris") == 1.0
+    assert exact("paris", "Paris") == 0.0  # case-sensitive
+    assert exact("The answer is Paris", "Paris") == 0.0  # no extraction
+    assert exact("42", 42) == 1.0  # a numeric ground truth compares as its text

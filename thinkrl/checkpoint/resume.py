@@ -1,6 +1,7 @@
 """Which checkpoint a run starts from (trainer.resume_mode), and when it saves.
 
-- `auto`: the latest complete checkpoint of trainer.default_local_dir, if any;
+- `auto`: the latest intact checkpoint of trainer.default_local_dir, if any
+  (a damaged one is skipped with a warning: thinkrl.checkpoint.verify);
 - `disable`: none; a fresh start (checkpoints already in the folder are
   replaced as this run reaches their steps);
 - `resume_path`: trainer.resume_from_path, a `global_step_N` folder or a run
@@ -11,8 +12,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from thinkrl.checkpoint.store import complete_checkpoints, latest_checkpoint, remove_stale_tmp, resolve_checkpoint
+from thinkrl.checkpoint.store import (candidates_newest_first, complete_checkpoints, remove_stale_tmp,
+                                      resolve_checkpoint)
+from thinkrl.checkpoint.verify import newest_intact
 from thinkrl.config.schema import TrainerConfig
+from thinkrl.errors import SetupError
 
 
 def checkpoint_to_resume(trainer: TrainerConfig, run_dir: Path, *, log=print) -> Path | None:
@@ -30,7 +34,14 @@ def checkpoint_to_resume(trainer: TrainerConfig, run_dir: Path, *, log=print) ->
             raise ValueError(f"trainer.resume_from_path={trainer.resume_from_path}: {err}") from None
         log(f"resuming from {folder} (trainer.resume_mode=resume_path)")
         return folder
-    folder = latest_checkpoint(run_dir, log=log)
+    candidates = candidates_newest_first(run_dir, log=log)
+    folder = newest_intact(candidates, log=log)  # warns about each damaged one it skips
+    if folder is None and candidates:
+        raise SetupError(
+            f"every checkpoint in {run_dir} is damaged ({', '.join(p.name for p in candidates)}; "
+            "see the warnings above), so this run cannot resume",
+            "to start afresh anyway set trainer.resume_mode=disable (the damaged checkpoints are "
+            "replaced as the run reaches their steps), or move them out of the folder")
     if folder is not None:
         log(f"resuming from {folder}, the latest checkpoint in the run directory "
             "(trainer.resume_mode=auto; set trainer.resume_mode=disable to start afresh)")

@@ -36,6 +36,7 @@ import yaml
 from thinkrl.checkpoint.sharded import ACTOR_DIR, OPTIMIZER_FILE  # noqa: F401 (re-exported)
 from thinkrl.checkpoint.store import MARKER, atomic_checkpoint, rotate, step_of
 from thinkrl.config.loading import config_to_dict
+from thinkrl.errors import RunStopped
 
 FORMAT = 1
 TRAINER_STATE_FILE = "trainer_state.pt"
@@ -77,6 +78,13 @@ def flat_config(tree: dict, prefix: str = "") -> dict:
 def save_checkpoint(run, progress: Progress, *, log=print) -> Path:
     """Write step `progress.step` of `run` atomically, then apply
     trainer.max_actor_ckpt_to_keep. Returns the checkpoint folder."""
+    from thinkrl.guard import kept_on_disk, weight_health  # the guard imports the store
+
+    bad, _, _ = weight_health(run.actor)
+    if bad:  # never a checkpoint that cannot be resumed from
+        raise RunStopped(f"step {progress.step}: not saving a checkpoint: {len(bad)} weight tensor(s) "
+                         f"hold NaN or inf (first: {bad[0]}). {kept_on_disk(run.run_dir)} Lower "
+                         "actor_rollout_ref.actor.optim.lr or check the rewards.")
     start = time.perf_counter()
     meta = {"format": FORMAT, "step": progress.step, "thinkrl_version": thinkrl_version(),
             "config_sha256": config_digest(run.cfg)}

@@ -24,11 +24,12 @@ from pathlib import Path
 from typing import Iterator
 
 from thinkrl.atomic import atomic_write_text, fsync_dir, fsync_file
+from thinkrl.checkpoint.verify import FILES_KEY, MARKER, DamagedCheckpoint, file_digests, newest_intact, verify_checkpoint
 
 TRACKER = "latest_checkpointed_iteration.txt"
-MARKER = "meta.json"
 _NAME = re.compile(r"^global_step_(\d+)$")
 _TMP = re.compile(r"^global_step_\d+\.tmp-")
+_TMP_PID = re.compile(r"^global_step_\d+\.tmp-(\d+)")
 
 
 def checkpoint_dir(run_dir: Path, step: int) -> Path:
@@ -70,18 +71,36 @@ def latest_checkpoint(run_dir: Path, *, log=print) -> Path | None:
     return found[-1] if found else None
 
 
+def candidates_newest_first(run_dir: Path, *, log=print) -> list[Path]:
+    """The complete checkpoints to try when resuming: the tracker's (or the
+    newest) first, then the older ones, newest first."""
+    latest = latest_checkpoint(run_dir, log=log)
+    if latest is None:
+        return []
+    return [latest, *(p for p in reversed(complete_checkpoints(run_dir)) if p != latest)]
+
+
 def resolve_checkpoint(path: str | Path, *, log=print) -> Path:
-    """A `global_step_N` folder as given, or a run directory's latest one."""
+    """A `global_step_N` folder as given, or a run directory's newest intact
+    one; the folder is verified (checksums, finite weights) either way."""
     path = Path(path).expanduser().resolve()
     if is_complete(path):
+        try:
+            verify_checkpoint(path)
+        except DamagedCheckpoint as err:
+            raise DamagedCheckpoint(f"{err}; {_available(path.parent)}") from None
         return path
     if _NAME.match(path.name) and path.is_dir():
         raise ValueError(f"{path} is an incomplete checkpoint (no {MARKER}: its save did not "
                          f"finish); {_available(path.parent)}")
     if path.is_dir():
-        latest = latest_checkpoint(path, log=log)
-        if latest is not None:
-            return latest
+        candidates = candidates_newest_first(path, log=log)
+        intact = newest_intact(candidates, log=log)
+        if intact is not None:
+            return intact
+        if candidates:
+            raise DamagedCheckpoint(f"{path}: every checkpoint is damaged "
+                                    f"({', '.join(p.name for p in candidates)}); see the warnings above")
         raise ValueError(f"{path} holds no complete checkpoint (global_step_N folder with "
                          f"{MARKER}); save one with trainer.save_freq > 0")
     raise ValueError(f"checkpoint {path} does not exist; {_available(path.parent)}")
@@ -96,12 +115,27 @@ def _available(run_dir: Path) -> str:
 
 def remove_stale_tmp(run_dir: Path, *, log=print) -> None:
     """Delete the temporary folders of saves that never finished (a crash, a
-    full disk): they are never read and may be large."""
+    full disk): they are never read and may be large. A folder whose writer
+    (the pid in its name) is alive and not this process is kept: the run lock
+    should make that impossible, so it is reported, never deleted under a
+    live writer."""
     if not run_dir.is_dir():
         return
+    from thinkrl.checkpoint.lock import pid_alive
+
     for stale in sorted(p for p in run_dir.iterdir() if _TMP.match(p.name)):
+        pid = _tmp_owner(stale)
+        if pid is not None and pid != os.getpid() and pid_alive(pid):
+            log(f"keeping {stale.name}: process {pid}, which may be writing it, is alive")
+            continue
         log(f"removing {stale.name}: an unfinished checkpoint save of an earlier run")
         shutil.rmtree(stale, ignore_errors=True)
+
+
+def _tmp_owner(folder: Path) -> int | None:
+    """The pid in `global_step_N.tmp-<pid>[-replaced]`."""
+    match = _TMP_PID.match(folder.name)
+    return int(match.group(1)) if match else None
 
 
 @contextmanager
@@ -116,6 +150,7 @@ def atomic_checkpoint(run_dir: Path, step: int, meta: dict) -> Iterator[Path]:
     tmp.mkdir(parents=True)
     try:
         yield tmp
+        meta = {**meta, FILES_KEY: file_digests(tmp)}  # read back from the page cache: fast
         (tmp / MARKER).write_text(json.dumps(meta, indent=2) + "\n")  # fsynced below
         for path in tmp.rglob("*"):
             if path.is_file():
@@ -123,11 +158,37 @@ def atomic_checkpoint(run_dir: Path, step: int, meta: dict) -> Iterator[Path]:
         for path in [*(p for p in tmp.rglob("*") if p.is_dir()), tmp]:
             fsync_dir(path)
         _move_into_place(tmp, final)
-    except BaseException:
+    except BaseException as err:
+        written = _bytes_under(tmp)
         shutil.rmtree(tmp, ignore_errors=True)
+        from thinkrl.exits import is_disk_full  # exits imports the CLI's view of everything
+
+        if isinstance(err, Exception) and is_disk_full(err):
+            raise _disk_full(err, run_dir, step=step, written=written) from err
         raise
     fsync_dir(run_dir)
     atomic_write_text(run_dir / TRACKER, f"{step}\n", durable=True)
+
+
+def _bytes_under(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
+
+
+def _disk_full(err: Exception, run_dir: Path, *, step: int, written: int):
+    """DiskFull naming the folder, its free space and what one checkpoint
+    needs (the newest one's size; without one, at least what was written)."""
+    from thinkrl.errors import DiskFull
+
+    previous = complete_checkpoints(run_dir)
+    size = _bytes_under(previous[-1]) if previous else written
+    free = shutil.disk_usage(run_dir).free
+    kept = f"{previous[-1].name} stays the newest checkpoint" if previous else "no checkpoint is on disk"
+    return DiskFull(
+        f"saving global_step_{step} in {run_dir} failed ({type(err).__name__}: {str(err)[:160]}): "
+        f"{free / 2**20:.1f} MiB free, one checkpoint needs {'about' if previous else 'more than'} "
+        f"{size / 2**20:.1f} MiB; the partial save was removed and {kept}",
+        "free space there, keep fewer checkpoints (trainer.max_actor_ckpt_to_keep) or point "
+        "trainer.default_local_dir at a larger disk")
 
 
 def _move_into_place(tmp: Path, final: Path) -> None:
@@ -148,6 +209,7 @@ def rotate(run_dir: Path, *, keep: int | None, current_step: int, log=print) -> 
     `current_step` (None keeps all). Checkpoints of later steps, left by an
     earlier run in the same folder, are not this run's to judge: they stay
     until this run reaches and replaces them."""
+    remove_incomplete(run_dir, current_step=current_step, log=log)
     if keep is None:
         return []
     mine = [p for p in complete_checkpoints(run_dir) if step_of(p) <= current_step]
@@ -157,4 +219,18 @@ def rotate(run_dir: Path, *, keep: int | None, current_step: int, log=print) -> 
         (folder / MARKER).unlink(missing_ok=True)
         shutil.rmtree(folder, ignore_errors=True)
         log(f"removed {folder.name} (trainer.max_actor_ckpt_to_keep={keep})")
+    return removed
+
+
+def remove_incomplete(run_dir: Path, *, current_step: int, log=print) -> list[Path]:
+    """Delete `global_step_N` folders without a marker (a save whose marker
+    was removed, a rotation that died mid-delete) up to `current_step`: no
+    run ever reads them, and they may be large."""
+    removed = []
+    for folder in sorted(run_dir.iterdir()) if run_dir.is_dir() else []:
+        if folder.is_dir() and _NAME.match(folder.name) and not (folder / MARKER).exists() \
+                and step_of(folder) <= current_step:
+            shutil.rmtree(folder, ignore_errors=True)
+            log(f"removed {folder.name}: an incomplete checkpoint (no {MARKER})")
+            removed.append(folder)
     return removed

@@ -112,6 +112,15 @@ def check_eval_config(cfg) -> None:
                          "must be >= 1")
 
 
+def response_length_unset(cfg) -> bool:
+    """Neither --max-new-tokens, rollout.response_length nor a changed
+    data.max_response_length chose the response length."""
+    from thinkrl.config.schema import DataConfig
+
+    return (cfg.actor_rollout_ref.rollout.response_length is None
+            and cfg.data.max_response_length == DataConfig.max_response_length)
+
+
 def run_eval(cfg, *, log=print):
     """Load model, tokenizer and data as training does, evaluate; returns the
     EvalResult and the settings that produced it."""
@@ -147,6 +156,14 @@ def run_eval(cfg, *, log=print):
     # data.max_prompt_length (verl's default of 512 would reject small models).
     longest = max(len(p.ids) for p in prompts)
     limit = getattr(model.config, "max_position_embeddings", None)
+    if limit is not None and longest + sizes.response_length > limit \
+            and response_length_unset(cfg) and limit - longest >= 1:
+        # No length was asked for: verl's default (512) must not reject a small
+        # model whose positions cannot hold it; fit the room the model has.
+        sizes = replace(sizes, response_length=limit - longest)
+        log(f"note: responses are limited to {sizes.response_length} tokens: the model's "
+            f"max_position_embeddings {limit} minus the longest prompt ({longest} tokens); "
+            "--max-new-tokens sets another limit")
     if limit is not None and longest + sizes.response_length > limit:
         raise ValueError(f"the longest prompt ({longest} tokens) + --max-new-tokens "
                          f"{sizes.response_length} exceed the model's max_position_embeddings "

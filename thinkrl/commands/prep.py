@@ -49,6 +49,9 @@ def add_parser(sub) -> None:
     parser.add_argument("--output", metavar="DIR",
                         help="folder for train.parquet / test.parquet (required unless "
                              "--mindspeed-config gives output_prefix)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace train.parquet / test.parquet already in --output "
+                             "(without it, prep refuses)")
     parser.add_argument("--template", choices=TEMPLATES, default="chat",
                         help="the data.template the rows are for (default: chat)")
     parser.add_argument("--split", nargs="+", action="extend", metavar="NAME",
@@ -87,7 +90,7 @@ def run(args) -> int:
                           template=args.template, splits=args.split,
                           data_source=args.data_source, ability=args.ability,
                           instruction=args.instruction,
-                          fields=fields)
+                          fields=fields, overwrite=args.overwrite)
     written = prepare(request)
     for item in written:
         print(f"{item.split}: {item.rows} rows -> {item.path}")

@@ -26,7 +26,7 @@ __all__ = ["DerivedSizes", "inactive_settings", "validate"]
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 KL_ESTIMATORS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
 # "auto" plus thinkrl.rewards.registry.SCORER_NAMES (not imported: it loads sympy; a test pins them equal)
-REWARD_SCORERS = ("auto", "gsm8k", "math", "r1")
+REWARD_SCORERS = ("auto", "gsm8k", "math", "r1", "exact")
 
 _ARR = "actor_rollout_ref"
 _CHOICES: dict[str, tuple[str, ...]] = {
@@ -91,6 +91,8 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "trainer.ray_wait_timeout_s": (lambda v: 0 < v < float("inf"), "use seconds > 0, e.g. 1800"),
     "reward.num_workers": (lambda v: v >= 0, "use 0 (score in the trainer process) or a worker count, e.g. 2"),
     "reward.zero_reward_warn_steps": (lambda v: v >= 0, "use a step count >= 0 (0 never warns)"),
+    "reward.max_failure_rate": (lambda v: 0 < v <= 1, "use a share in (0, 1], e.g. 0.5 (1.0 never stops)"),
+    "reward.failure_window_steps": (lambda v: v >= 1, "use a step count >= 1, e.g. 3"),
     "reward.format_score": (lambda v: abs(v) < float("inf"), "use a finite score, e.g. 0.0 or 0.1"),
     "reward.r1_format_weight": (lambda v: abs(v) < float("inf"), "use a finite weight, e.g. 0.5"),
     "reward.r1_accuracy_weight": (lambda v: abs(v) < float("inf"), "use a finite weight, e.g. 1.0"),

@@ -314,8 +314,9 @@ class DataConfig:
     template: str = "chat"
     """thinkrl: how prompts are rendered: "chat" (the tokenizer's chat template),
     "qwen_r1" (MindSpeed-RL's R1-Zero prompt, byte for byte: the "A conversation between
-    User and Assistant ..." instruction in the user turn) or "r1_system" (that instruction as
-    the system turn of the tokenizer's own chat template); see thinkrl/data/templates.py."""
+    User and Assistant ..." instruction in the user turn), "r1_system" (that instruction as
+    the system turn of the tokenizer's own chat template; see thinkrl/data/templates.py)
+    or "raw" (the prompt text as is, after BOS when the tokenizer adds one: base models)."""
     val_template: str | None = None
     """thinkrl: the template of the validation set; None uses ``data.template``."""
 
@@ -419,6 +420,10 @@ class TrainerConfig:
     directory every ``generations_log_freq`` steps; 0 saves none."""
     generations_log_freq: int = 10
     """thinkrl: steps between two saves of training generations."""
+    divergence_guard: bool = True
+    """thinkrl: stop, before the next checkpoint, a run whose policy is destroyed
+    (non-finite or exploding weights, entropy at the uniform limit, a loss
+    spike); see thinkrl.guard."""
 
 
 @dataclass
@@ -446,7 +451,8 @@ class RewardConfig:
     """thinkrl: rule-based rewards (verl has no such group; its keys are thinkrl's own)."""
     scorer: str = "auto"
     """"auto": each row's data_source picks its scorer (as in verl); or one
-    scorer for every row: "gsm8k", "math" or "r1"."""
+    scorer for every row: "gsm8k", "math", "r1" or "exact" (the stripped
+    response equals the stripped ground truth)."""
     format_score: float = 0.0
     """gsm8k and math: score of a response with a well-formed but wrong answer."""
     r1_format_weight: float = 0.5
@@ -465,6 +471,11 @@ class RewardConfig:
     see thinkrl/rewards/verifiers.py); empty: not used."""
     verifier_weights: list[float] = field(default_factory=list)
     """One weight per verifier; the reward is the weighted sum (``verifier_weight``)."""
+    max_failure_rate: float = 0.5
+    """Stop the run when more than this share of the responses of the last
+    ``failure_window_steps`` steps failed to score (raised or timed out); 1.0 never stops."""
+    failure_window_steps: int = 3
+    """Steps over which ``max_failure_rate`` is judged (from the first step on)."""
 
 
 @dataclass

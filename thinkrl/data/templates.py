@@ -30,6 +30,11 @@ Chosen per data set by `data.template` (training files) and
   literal ChatML text would be foreign, and so runs made with the old
   layout can be reproduced.
 
+- `raw`: the row's prompt text as is (TRL's standard, non-conversational
+  format), preceded by the BOS token when the tokenizer adds one to what it
+  encodes (Llama, Gemma): for base models that have no chat template. The
+  row must hold one message; its role is ignored.
+
 Neither R1 template prefills `<think>`: the model opens the tag itself, so
 the whole `<think>...</think><answer>...</answer>` format lives in the
 response, where the R1 rewards and MindSpeed-RL's verifiers check it.
@@ -45,7 +50,7 @@ R1_INSTRUCTION = (
     "process here </think><answer> answer here </answer>. Put your final answer within "
     "\\boxed{}."
 )
-TEMPLATES = ("chat", "qwen_r1", "r1_system")
+TEMPLATES = ("chat", "qwen_r1", "r1_system", "raw")
 QWEN_R1_SYSTEM = "You are a helpful assistant."
 """MindSpeed-RL's `default_system` of `qwen_r1`."""
 _PLAIN_SPEAKERS = {"user": "User", "assistant": "Assistant"}
@@ -77,6 +82,8 @@ def render_prompt(template: str, tokenizer, messages: list[dict],
         return render_qwen_r1(messages)
     if template == "r1_system":
         return render_r1_system(tokenizer, messages, chat_kwargs=chat_kwargs or {})
+    if template == "raw":
+        return render_raw(tokenizer, messages)
     raise ValueError(f"unknown prompt template {template!r}; known templates: "
                      f"{', '.join(TEMPLATES)}")
 
@@ -142,3 +149,24 @@ def _plain_r1(messages: list[dict]) -> str:
                              f"and assistant turns; found the role {message.get('role')!r}")
         lines.append(f"{speaker}: {message['content']}")
     return "\n".join(lines) + "\nAssistant:"
+
+
+def render_raw(tokenizer, messages: list[dict]) -> str:
+    """The one message's text, after BOS when the tokenizer adds one (the
+    prompt is later encoded without special tokens, so BOS must be in the text)."""
+    if len(messages) != 1:
+        roles = ", ".join(str(m.get("role")) for m in messages)
+        raise ValueError(f"data.template=raw takes a row with one message (the prompt text); this "
+                         f"row has {len(messages)} ({roles}). Use data.template=chat for "
+                         "conversations")
+    text = messages[0]["content"]
+    bos = getattr(tokenizer, "bos_token", None)
+    if bos and _adds_bos(tokenizer) and not text.startswith(bos):
+        return bos + text
+    return text
+
+
+def _adds_bos(tokenizer) -> bool:
+    """Whether encoding with special tokens puts the BOS token first."""
+    ids = tokenizer("a", add_special_tokens=True)["input_ids"]
+    return bool(ids) and ids[0] == tokenizer.bos_token_id

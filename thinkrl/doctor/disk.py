@@ -104,8 +104,26 @@ def _checkpoints(ctx: DoctorContext) -> Location:
     else:
         count = _checkpoint_count(ctx)
         held = "all kept (trainer.max_actor_ckpt_to_keep unset)"
-    return Location("checkpoints", path, one * count,
-                    f"{count} checkpoint(s) x {gib(one)} {held}; {why}", fix)
+    need, why = one * count, f"{count} checkpoint(s) x {gib(one)} {held}; {why}"
+    existing = _resumed_bytes(ctx)
+    if existing:
+        # Those already on disk are used space, not free space this run still needs;
+        # the next save is written before any is removed, so one is always needed.
+        need = max(one, need - existing)
+        why += f"; {gib(existing)} of it is already on disk (the checkpoints this run resumes with)"
+    return Location("checkpoints", path, need, why, fix)
+
+
+def _resumed_bytes(ctx: DoctorContext) -> int:
+    """Bytes of the complete checkpoints in the run directory that a resumed
+    run keeps counting (trainer.resume_mode=auto); 0 for a fresh start."""
+    from thinkrl.checkpoint.store import complete_checkpoints
+
+    trainer = ctx.cfg.trainer
+    if trainer.resume_mode != "auto":
+        return 0
+    return sum(p.stat().st_size for folder in complete_checkpoints(Path(trainer.default_local_dir))
+               for p in folder.rglob("*") if p.is_file())
 
 
 def _checkpoint_count(ctx: DoctorContext) -> int:

@@ -22,6 +22,19 @@ def _explain(path: str, what: str, err: Exception) -> ValueError:
                       f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})")
 
 
+def damaged_model(path: str, err: Exception) -> ValueError:
+    """A model folder whose files do not load: a truncated or corrupt
+    safetensors file, or weights whose shapes do not match config.json."""
+    text = str(err).strip().splitlines()
+    if "mismatch" in str(err).lower() or "ignore_mismatched_sizes" in str(err):
+        what = "its weights do not match the shapes config.json describes"
+    else:
+        what = "a weight file does not read (truncated or corrupt?)"
+    return ValueError(f"actor_rollout_ref.model.path={path!r}: cannot load the model: {what} "
+                      f"({type(err).__name__}: {text[0] if text else ''}). Re-download or "
+                      "re-export the model folder, or fix config.json")
+
+
 def load_tokenizer(path: str, *, trust_remote_code: bool = False,
                    custom_chat_template: str | None = None):
     from transformers import AutoTokenizer
@@ -53,6 +66,8 @@ def load_causal_lm(path: str, *, dtype: torch.dtype, device: torch.device,
             path, dtype=dtype, trust_remote_code=trust_remote_code, **(override_config or {}))
     except (OSError, ValueError) as err:
         raise _explain(path, "model", err) from None
+    except Exception as err:  # safetensors' own error types, transformers' size mismatch
+        raise damaged_model(path, err) from None
     disable_dropout(model)
     if gradient_checkpointing:
         kwargs = {"use_reentrant": False}

@@ -126,6 +126,7 @@ def pretrain(model, tokenizer, pairs: list[tuple[str, str]], spec: TinyModelSpec
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
     model.train()
     smoothed, start = None, time.time()
+    bar = _pretrain_bar(spec.pretrain_steps)
     for step in range(spec.pretrain_steps):
         batch = [encoded[rng.randrange(len(encoded))] for _ in range(spec.batch_size)]
         width = max(len(ids) for ids, _ in batch)
@@ -143,11 +144,30 @@ def pretrain(model, tokenizer, pairs: list[tuple[str, str]], spec: TinyModelSpec
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         smoothed = loss.item() if smoothed is None else 0.95 * smoothed + 0.05 * loss.item()
-        if (step + 1) % 200 == 0 or step + 1 == spec.pretrain_steps:
+        if bar is not None:
+            bar.set_postfix(loss=f"{smoothed:.3f}", refresh=False)
+            bar.update(1)
+        if bar is None and ((step + 1) % 200 == 0 or step + 1 == spec.pretrain_steps):
+            elapsed = time.time() - start
+            left = elapsed / (step + 1) * (spec.pretrain_steps - step - 1)
             log(f"  pretrain step {step + 1}/{spec.pretrain_steps}  loss {smoothed:.3f}  "
-                f"({time.time() - start:.0f}s)")
+                f"({elapsed:.0f}s, about {left:.0f}s left)")
+    if bar is not None:
+        bar.close()
     model.eval()
     return float(smoothed)
+
+
+def _pretrain_bar(total: int):
+    """A tqdm bar (steps, loss, time left) on an interactive terminal; None
+    elsewhere (logs, tests), where the periodic log lines say the same."""
+    import sys
+
+    if not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="pretraining the tiny model", unit="step", dynamic_ncols=True)
 
 
 def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec = TinyModelSpec(), *, log=print) -> Path:

@@ -35,6 +35,16 @@ POLICY_PLOTS = (  # subplot title, keys
     ("PPO KL (π vs π_old)", ("actor/ppo_kl",)),
 )
 
+# Why a policy metric can be exactly 0 for a whole run.
+ZERO_REASONS = {
+    "PPO KL (π vs π_old)": "one optimizer step per batch: π is π_old when the loss is taken",
+    "clip fraction": "one optimizer step per batch: the ratio π/π_old is 1, never clipped",
+    "KL to the reference": "no KL term (actor.use_kl_loss and algorithm.use_kl_in_reward off), "
+                           "or the policy has not moved from the reference",
+    "policy-gradient loss": "every group's responses scored alike: all advantages are 0",
+    "grad norm (before clipping)": "all advantages 0 and no KL or entropy term: no gradient",
+}
+
 
 @dataclass
 class Panel:
@@ -81,8 +91,15 @@ def validation_panel(m: RunMetrics) -> Panel:
                      "trainer.val_before_train)")
     curves, skipped = pass_at_k_curves(m)
     fig, axes = _figure(2 if curves else 1)
+    drawn: list[str] = []
     for key in keys:
+        twin = next((d for d in drawn if _same(m, d, key)), None)
+        if twin is not None:  # e.g. gsm8k: reward 1 = correct, so reward and acc coincide
+            axes[0].lines[drawn.index(twin)].set_label(
+                f"{twin.removeprefix('val-core/')} = {key.rsplit('/', 2)[-2]} (identical)")
+            continue
         _line(axes[0], m, key, label=key.removeprefix("val-core/"), marker="o")
+        drawn.append(key)
     _finish(axes[0], m, ylabel="mean over validation responses")
     if curves:
         axes[0].set_title("over training", fontsize=10)
@@ -114,10 +131,16 @@ def length_panel(m: RunMetrics) -> Panel:
 
 def policy_panel(m: RunMetrics) -> Panel:
     title = "Policy update"
-    plots = [(name, m.present(keys)) for name, keys in POLICY_PLOTS if m.present(keys)]
-    if not plots:
+    logged = [(name, m.present(keys)) for name, keys in POLICY_PLOTS if m.present(keys)]
+    if not logged:
         return Panel("policy", title, "not shown: none of "
                      f"{', '.join(k for _, keys in POLICY_PLOTS for k in keys)} was logged")
+    # A flat-zero plot reads as a broken one: hide it and say why it is zero.
+    zero = [(name, keys) for name, keys in logged if all(_all_zero(m, k) for k in keys)]
+    plots = [plot for plot in logged if plot not in zero] or logged
+    hidden = "" if len(plots) == len(logged) else " Always 0 in this run, so not drawn: " + \
+        "; ".join(f"{name} ({ZERO_REASONS.get(name, 'no such term in this run')})"
+                  for name, _ in zero) + "."
     rows = -(-len(plots) // 3)
     fig = Figure(figsize=(WIDTH_IN, ROW_HEIGHT_IN * 0.85 * rows), dpi=DPI, layout="constrained")
     axes = fig.subplots(rows, 3, squeeze=False).ravel()
@@ -134,7 +157,7 @@ def policy_panel(m: RunMetrics) -> Panel:
         ax.set_visible(False)
     return Panel("policy", title, "How far each update moves the policy. KL: distance "
                  "to the reference model; clip fraction: tokens whose ratio π/π_old hit "
-                 "the clip range.", fig)
+                 "the clip range." + hidden, fig)
 
 
 def timing_panel(m: RunMetrics) -> Panel:
@@ -315,6 +338,12 @@ def _finish(ax, m: RunMetrics, *, ylabel: str | None, legend: bool = True) -> No
     if legend and ax.get_legend_handles_labels()[0]:
         # Beside the plot, never over the data.
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+
+
+def _all_zero(m: RunMetrics, key: str) -> bool:
+    values = m.columns[key]
+    values = values[np.isfinite(values)]
+    return values.size > 0 and bool((values == 0).all())
 
 
 def _same(m: RunMetrics, a: str, b: str) -> bool:

@@ -34,10 +34,8 @@ def load_reward_function(path: str | Path, name: str = "compute_score") -> Rewar
     does not import, lacks `name` (listing the functions it defines), or
     `name` is not a function taking verl's arguments.
     """
-    file = Path(path).expanduser()
+    file = check_reward_file(path)
     key = "custom_reward_function.path"
-    if not file.is_file():
-        raise ValueError(f"{key}={path}: no such file.{nearest_files(file)}")
     module_name = "thinkrl_user_reward_" + hashlib.sha1(str(file.resolve()).encode()).hexdigest()[:12]
     spec = importlib.util.spec_from_file_location(module_name, file)
     if spec is None or spec.loader is None:
@@ -59,6 +57,15 @@ def load_reward_function(path: str | Path, name: str = "compute_score") -> Rewar
     function = getattr(module, name)
     check_signature(function, where=f"{file}:{name}")
     return function
+
+
+def check_reward_file(path: str | Path) -> Path:
+    """The file at `path`, or ValueError listing the nearest files (no import:
+    user code runs in a worker first, under a deadline)."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise ValueError(f"custom_reward_function.path={path}: no such file.{nearest_files(file)}")
+    return file
 
 
 def check_signature(function: object, *, where: str) -> None:

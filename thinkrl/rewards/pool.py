@@ -64,6 +64,8 @@ class _Worker:
     """When to give up on it: start-up, or the sample it is scoring now."""
     start_error: str | None = None
     """Why it could not build the reward function (it said so, then exited)."""
+    building: bool = False
+    """It said it started building the reward function (importing a user's file)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,13 +82,17 @@ class ScoringPool:
     """`num_workers` processes scoring `Task`s with `spec`'s function."""
 
     def __init__(self, spec: RewardFnSpec, *, num_workers: int, timeout_s: float,
-                 start_timeout_s: float = 120.0, start_method: str | None = None) -> None:
+                 start_timeout_s: float = 120.0, import_timeout_s: float | None = None,
+                 start_method: str | None = None) -> None:
         if num_workers < 1:
             raise ValueError(f"reward.num_workers={num_workers}: a pool needs >= 1 worker")
         if not timeout_s > 0:
             raise ValueError(f"reward.timeout_s={timeout_s}: use a number of seconds > 0, e.g. 10")
         self.spec, self.num_workers, self.timeout_s = spec, num_workers, timeout_s
         self.start_timeout_s = start_timeout_s
+        self.import_timeout_s = timeout_s if import_timeout_s is None else import_timeout_s
+        """Seconds a worker may take to build the function once it started
+        (import a user's file): the scoring deadline, so a hang at import stops the run."""
         self._ctx = _context(start_method)
         self._workers: list[_Worker] = []
         self.restarts = 0
@@ -195,6 +201,8 @@ class ScoringPool:
         worker = self._workers[index]
         if worker.start_error is not None:
             why = f"could not build the reward function: {worker.start_error}"
+        elif alive and worker.building:
+            why = self._import_hang()
         elif not alive:
             worker.process.join(_REAP_S)  # exitcode is None until the process is reaped
             why = f"exited during start-up (exit code {worker.process.exitcode}); see its error above"
@@ -208,7 +216,8 @@ class ScoringPool:
                     f"a reward worker {why}. If you start thinkrl from your own script, put "
                     "that code under `if __name__ == \"__main__\":` (reward workers re-import "
                     "the main script), or set reward.num_workers=0 to score in this process.")
-            raise (ValueError if worker.start_error is not None else RuntimeError)(f"a reward worker {why}")
+            user_fault = worker.start_error is not None or (alive and worker.building)
+            raise (ValueError if user_fault else RuntimeError)(f"a reward worker {why}")
         # A replacement holds no task until it is ready, so no sample is lost here.
         self.failed_starts += 1
         self._failed_in_a_row += 1
@@ -221,13 +230,25 @@ class ScoringPool:
                     why, self._failed_in_a_row, _MAX_FAILED_STARTS)
         self._replace(index, pending)
 
+    def _import_hang(self) -> str:
+        what = (f"importing custom_reward_function.path={self.spec.custom_path}"
+                if self.spec.custom_path else "building the reward function")
+        return (f"did not finish {what} within reward.timeout_s={self.import_timeout_s:g} s: "
+                "code at module level hangs (a loop, a lock, a network call, input()). Fix the "
+                "file (`python <file>` shows where it waits), or raise reward.timeout_s if its "
+                "imports are only slow")
+
     def _receive(self, worker: _Worker, outcomes: dict[int, Outcome]) -> bool:
         """Take every message waiting on `worker`'s pipe; False if it died."""
-        from thinkrl.rewards.worker import READY
+        from thinkrl.rewards.worker import READY, STARTED
 
         try:
             while worker.conn.poll():
                 position, outcome = worker.conn.recv()
+                if position == STARTED:
+                    worker.building = True
+                    worker.deadline = time.monotonic() + self.import_timeout_s
+                    continue
                 if position == READY:
                     if outcome is not None:  # it exits next; the caller decides what that costs
                         worker.start_error = outcome

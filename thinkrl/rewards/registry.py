@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from thinkrl.config.schema import RewardConfig
-from thinkrl.rewards import gsm8k, r1
+from thinkrl.rewards import exact, gsm8k, r1
 from thinkrl.rewards import math as math_answer
 
 Scorer = Callable[[str, str, dict | None], "float | dict[str, float]"]
 
-SCORER_NAMES = ("gsm8k", "math", "r1")
+SCORER_NAMES = ("gsm8k", "math", "r1", "exact")
 
 # data_source -> scorer name. verl's default_compute_score routes the same
 # names to its gsm8k and math scorers (math_dapo, numina_* and aime* to its
@@ -77,12 +77,17 @@ def _r1(response: str, ground_truth: str, extra_info: dict | None = None, *,
                             accuracy_weight=settings.r1_accuracy_weight)
 
 
-_BUILTIN = {"gsm8k": _gsm8k, "math": _math, "r1": _r1}
+def _exact(response: str, ground_truth: str, extra_info: dict | None = None, *,
+           settings: ScorerSettings) -> float:
+    return exact.compute_score(response, ground_truth)
+
+
+_BUILTIN = {"gsm8k": _gsm8k, "math": _math, "r1": _r1, "exact": _exact}
 
 
 @functools.lru_cache(maxsize=64)
 def make_scorer(name: str, settings: ScorerSettings = ScorerSettings()) -> Scorer:
-    """The built-in scorer `name` ("gsm8k", "math" or "r1") with `settings`."""
+    """The built-in scorer `name` (one of SCORER_NAMES) with `settings`."""
     if name not in _BUILTIN:
         raise ValueError(f"reward.scorer={name!r} is not a built-in scorer; use one of "
                          f"auto, {', '.join(SCORER_NAMES)}")

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from thinkrl.config.schema import RewardConfig
 from thinkrl.records import Sample
-from thinkrl.rewards.custom import RewardFunction, check_signature
+from thinkrl.rewards.custom import RewardFunction, check_reward_file, check_signature
 from thinkrl.rewards.pool import ScoringPool
 from thinkrl.rewards.reward_fn import Outcome, RewardFnSpec, Task, score_one
 
@@ -65,15 +65,30 @@ class RewardScorer:
             raise ValueError(f"reward.num_workers={num_workers}: use 0 (score in the main "
                              "process) or a count of worker processes, e.g. 2")
         self.spec: RewardFnSpec | None = spec
-        self._function = spec.build()  # a bad custom file or scorer name stops the run here
         self._pool = ScoringPool(spec, num_workers=num_workers, timeout_s=timeout_s) \
             if num_workers > 0 else None
+        self._function: RewardFunction | None = None
+        if spec.custom_path:
+            # A user's file is imported in a worker process first, under the
+            # scoring deadline: an import that hangs is killed and named.
+            check_reward_file(spec.custom_path)
+            if self._pool is None:
+                probe_import(spec, timeout_s=timeout_s)
+                self._function = spec.build()
+        else:
+            self._function = spec.build()  # a bad scorer name stops the run here
         self._reported: set[str] = set()
+        self.first_error: str | None = None
+        """The first failure of the run ("data_source ..., row N: what"): the
+        circuit breaker names it when it stops the run."""
 
     @classmethod
     def from_config(cls, cfg: Any) -> "RewardScorer":
-        return cls(RewardFnSpec.from_config(cfg), num_workers=cfg.reward.num_workers,
-                   timeout_s=cfg.reward.timeout_s)
+        scorer = cls(RewardFnSpec.from_config(cfg), num_workers=cfg.reward.num_workers,
+                     timeout_s=cfg.reward.timeout_s)
+        if scorer.spec.custom_path and scorer.pool is not None:
+            scorer.start()  # the workers import the user's file now: a bad one stops the run here
+        return scorer
 
     @classmethod
     def from_function(cls, function: RewardFunction) -> "RewardScorer":
@@ -132,6 +147,8 @@ class RewardScorer:
             parts=[dict(o.parts) if o else {} for o in ordered])
 
     def _report_once(self, kind: str, task: Task, what: str) -> None:
+        if self.first_error is None:
+            self.first_error = f"data_source {task.data_source}, row {task.index}: {what}"
         if kind in self._reported:
             return
         self._reported.add(kind)
@@ -148,3 +165,15 @@ class RewardScorer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def probe_import(spec: RewardFnSpec, *, timeout_s: float) -> None:
+    """Import `spec`'s file in one throwaway worker process within
+    `timeout_s` (ValueError naming the file if it hangs or fails), before
+    this process imports it: with reward.num_workers=0 a hang here would
+    freeze the run forever."""
+    pool = ScoringPool(spec, num_workers=1, timeout_s=timeout_s)
+    try:
+        pool.start()
+    finally:
+        pool.close()

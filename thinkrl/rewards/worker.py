@@ -17,15 +17,20 @@ from thinkrl.rewards.reward_fn import RewardFnSpec, Task, score_one
 READY = -1
 """Position of the message a worker sends once its function is built (with
 None, or the error that stopped it)."""
+STARTED = -2
+"""Position of the message a worker sends as it starts building its function
+(importing a user's file): the parent's import deadline runs from here, so
+the fork server's own start-up is not charged to the user's file."""
 
 
 def worker_main(conn: Connection, spec: RewardFnSpec) -> None:
-    """Send `(READY, None)`, then receive lists of `Task`s and send back
+    """Send `(STARTED, None)`, build the function, send `(READY, None)`, then receive lists of `Task`s and send back
     `(position, Outcome)` per task as each finishes (so the parent can time
     every sample); stop on None or EOF."""
     # Ctrl-C reaches the whole process group: the parent decides what stops, so
     # a worker must not die mid-message with a KeyboardInterrupt traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    conn.send((STARTED, None))
     try:
         function = spec.build()
     except Exception as err:  # the parent built it already, so the file changed since

@@ -89,6 +89,20 @@ class ActorWorker:
         parameters, so an engine sharing this module copies nothing."""
         return self.model.named_parameters()
 
+    @torch.no_grad()
+    def weight_stats(self) -> dict:
+        """For the divergence guard and the save check, over the parameters
+        this process holds (its shards when sharded): the names of those
+        holding NaN or inf, the float64 sum of their squares, the vocabulary."""
+        nonfinite, square_sum = [], 0.0
+        for name, p in self.model.named_parameters():
+            local = p.to_local() if hasattr(p, "to_local") else p
+            if not bool(torch.isfinite(local).all()):
+                nonfinite.append(name)
+            square_sum += float(local.detach().double().pow(2).sum())
+        return {"nonfinite": nonfinite, "square_sum": square_sum,
+                "vocab_size": self.model.get_output_embeddings().weight.shape[0]}
+
     def plan(self, batch: TrainBatch, *, mini_batch_size: int) -> list[MiniBatch]:
         """The step's mini-batches (ppo_epochs passes, shuffled when actor.shuffle)."""
         return plan_mini_batches(batch, mini_batch_size=mini_batch_size,

@@ -146,6 +146,9 @@ class PolicyRank:
     def update_on(self, minis: list[MiniBatch]) -> dict[str, float]:
         return self.actor.update_on(minis)
 
+    def weight_stats(self) -> dict:
+        return self.actor.weight_stats()
+
     # Checkpoints: sharded (every rank writes its part) or, for one rank, either layout.
     def save_sharded(self, folder: str) -> None:
         from thinkrl.checkpoint.sharded import save_actor_shards

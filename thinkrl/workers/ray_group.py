@@ -324,6 +324,13 @@ class ActorHandle:
         # Metrics are reduced across ranks inside the update: rank 0 has them all.
         return self.group.call_all("update_actor", "update_on", per_rank)[0]
 
+    def weight_stats(self) -> dict:
+        """ActorWorker.weight_stats over the whole model: every rank's shards."""
+        parts = self.group.call_all("guard", "weight_stats")
+        return {"nonfinite": sorted({n for p in parts for n in p["nonfinite"]}),
+                "square_sum": sum(p["square_sum"] for p in parts),
+                "vocab_size": parts[0]["vocab_size"]}
+
     def weights(self):
         """Colocated ranks: the optimizer step already changed the shards
         the engine gathers, so nothing travels (see EngineHandle.update_weights)."""

@@ -27,6 +27,7 @@ from thinkrl.data.prep import builtin_arith, competition_math, generic, gsm8k, o
 from thinkrl.data.prep.examples import Example, to_verl_rows, write_rows
 from thinkrl.data.prep.reading import SPLITS, find_inputs
 from thinkrl.data.templates import TEMPLATES
+from thinkrl.errors import SetupError
 
 SOURCES = ("gsm8k", "math", "orz", "jsonl", "builtin")
 _FILE_READERS = {"gsm8k": gsm8k.read, "math": competition_math.read, "orz": orz.read}
@@ -57,6 +58,8 @@ class PrepRequest:
     fields: generic.FieldNames | None = None
     """`jsonl` (default question/answer) and flat `orz` records (default
     problem/answer): which fields hold the question and the answer."""
+    overwrite: bool = False
+    """Replace <split>.parquet files that exist already (`--overwrite`); otherwise refuse."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,10 +74,17 @@ def prepare(request: PrepRequest) -> list[SplitWritten]:
     _check(request)
     examples_by_split = _examples_by_split(request)
     instruction = _instruction(request) if request.template == "chat" else None
+    splits = sorted(examples_by_split, key=SPLITS.index)
+    paths = {split: Path(request.output).expanduser() / f"{split}.parquet" for split in splits}
+    existing = [str(p) for p in paths.values() if p.exists()]
+    if existing and not request.overwrite:  # checked before anything is written
+        raise SetupError(f"--output {request.output}: {', '.join(existing)} exist(s) already and "
+                         "would be overwritten", "pass --overwrite to replace them, or choose "
+                         "another --output folder")
     written = []
-    for split in sorted(examples_by_split, key=SPLITS.index):
+    for split in splits:
         rows = to_verl_rows(examples_by_split[split], split=split, instruction=instruction)
-        path = Path(request.output).expanduser() / f"{split}.parquet"
+        path = paths[split]
         write_rows(rows, path)
         written.append(SplitWritten(split=split, rows=len(rows), path=path))
     return written

@@ -1,0 +1,67 @@
+"""Reward functions that fail hard: a hang at import, a hang on every
+response, an exception on every response. Each must stop the run with a
+message naming the file or the first error, and save nothing trained on
+failed scores. Docstrings are rows of docs/reliability.md's fault table."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from fault_helpers import on_disk, steps_logged, tiny  # noqa: F401  (fixture)
+
+from thinkrl.checkpoint.lock import LOCK_FILE
+from thinkrl.cli import main
+
+pytestmark = pytest.mark.slow
+
+SCORE = "def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n"
+
+
+def _reward(tmp_path, text: str) -> str:
+    path = tmp_path / "my_reward.py"
+    path.write_text(textwrap.dedent(text))
+    return str(path)
+
+
+def test_reward_file_hangs_at_import(tiny, tmp_path, capsys):
+    """Case: the custom reward file hangs at import (module-level sleep).
+    Behaviour: exit 2 after reward.timeout_s, naming the file (before: start-up froze forever).
+    Kept: nothing is written to the run folder (only the released lock file)."""
+    run_dir, argv = tiny
+    path = _reward(tmp_path, "import time\ntime.sleep(1e9)\n" + SCORE + "    return 1.0\n")
+    assert main(argv(f"custom_reward_function.path={path}", "reward.timeout_s=1",
+                     "trainer.total_training_steps=2", "trainer.save_freq=1")) == 2
+    err = capsys.readouterr().err
+    assert f"importing custom_reward_function.path={path} within reward.timeout_s=1 s" in err
+    assert sorted(p.name for p in run_dir.iterdir()) == [LOCK_FILE]
+    assert (run_dir / LOCK_FILE).read_text() == ""
+
+
+def test_reward_hangs_on_every_response(tiny, tmp_path, capsys):
+    """Case: the reward function hangs on every response.
+    Behaviour: each response stopped at reward.timeout_s; the breaker stops the run after step 1 (exit 1).
+    Kept: no checkpoint and no metrics of the failed step: nothing was trained on timed-out scores."""
+    run_dir, argv = tiny
+    path = _reward(tmp_path, "import time\n" + SCORE + "    time.sleep(1e9)\n")
+    assert main(argv(f"custom_reward_function.path={path}", "reward.timeout_s=0.5",
+                     "trainer.total_training_steps=5", "trainer.save_freq=1")) == 1
+    err = capsys.readouterr().err
+    assert "step 1: the reward function failed on 16 of 16 responses (100 %)" in err
+    assert "reward/timeouts 16" in err and "took longer than reward.timeout_s=0.5 s" in err
+    assert "No checkpoint was saved" in err  # the resume line
+    assert on_disk(run_dir) == [] and steps_logged(run_dir) == []
+
+
+def test_reward_raises_on_every_response(tiny, tmp_path, capsys):
+    """Case: the reward function raises on every response.
+    Behaviour: stops after step 1 (exit 1) naming the first error and its row (before: exit 0, val acc 0).
+    Kept: the checkpoints saved before; nothing trained on failed scores."""
+    run_dir, argv = tiny
+    path = _reward(tmp_path, SCORE + "    raise KeyError('answer')\n")
+    assert main(argv(f"custom_reward_function.path={path}", "reward.num_workers=0",
+                     "trainer.total_training_steps=5", "trainer.save_freq=1")) == 1
+    err = capsys.readouterr().err
+    assert "failed on 16 of 16 responses" in err and "reward/errors 16" in err
+    assert "First error: data_source thinkrl/arith, row" in err and "KeyError: 'answer'" in err
+    assert on_disk(run_dir) == [] and steps_logged(run_dir) == []

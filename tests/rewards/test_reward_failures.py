@@ -1,0 +1,98 @@
+"""Reward failures that stop: a hang at import is an error naming the file,
+the circuit breaker stops a run whose scorer keeps failing (naming the first
+error), and the zero-reward warning leads with the failure count."""
+
+import logging
+import multiprocessing as mp
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from thinkrl.config import Config
+from thinkrl.errors import RunStopped
+from thinkrl.records import Sample
+from thinkrl.rewards.reward_fn import RewardFnSpec
+from thinkrl.rewards.scorer import RewardScorer
+from thinkrl.rewards.watch import FailureBreaker, ZeroRewardWatch
+
+HANGS_AT_IMPORT = '''
+import time
+time.sleep(1e9)
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    return 1.0
+'''
+RAISES = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    raise KeyError("no answer field")
+'''
+
+
+def _file(tmp_path, text):
+    path = tmp_path / "reward.py"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def _cfg(path, workers):
+    cfg = Config()
+    cfg.custom_reward_function.path = str(path)
+    cfg.reward.num_workers, cfg.reward.timeout_s = workers, 1.0
+    return cfg
+
+
+@pytest.mark.parametrize("workers", [2, 0])
+def test_a_hang_at_import_is_an_error_naming_the_file(tmp_path, workers):
+    path = _file(tmp_path, HANGS_AT_IMPORT)
+    before = set(mp.active_children())
+    with pytest.raises(ValueError) as err:
+        RewardScorer.from_config(_cfg(path, workers))
+    message = str(err.value)
+    assert f"importing custom_reward_function.path={path}" in message
+    assert "within reward.timeout_s=1 s" in message
+    assert [p for p in mp.active_children() if p not in before and p.name == "thinkrl-reward"] == []
+
+
+def test_first_error_is_recorded(tmp_path):
+    scorer = RewardScorer.from_config(_cfg(_file(tmp_path, RAISES), 0))
+    samples = [Sample(data_source="my/data", ground_truth="4", prompt_text="q", index=7)] * 2
+    result = scorer.score(["a", "b"], samples)
+    scorer.close()
+    assert result.errors == 2
+    assert scorer.first_error.startswith("data_source my/data, row 7: failed (KeyError")
+
+
+def test_breaker_stops_when_most_responses_fail(tmp_path):
+    breaker = FailureBreaker(0.5, window_steps=3)
+    kwargs = dict(first_error="row 3: failed (KeyError: 'x')", run_dir=tmp_path)
+    breaker.update(errors=2, timeouts=0, responses=8, step=1, **kwargs)  # 2/8
+    breaker.update(errors=4, timeouts=1, responses=8, step=2, **kwargs)  # 7/16
+    # 7/24 after step 3 with no failures; step 4 drops step 1: 5 + 8 = 13 of 24 > 0.5
+    breaker.update(errors=0, timeouts=0, responses=8, step=3, **kwargs)
+    with pytest.raises(RunStopped) as err:
+        breaker.update(errors=6, timeouts=2, responses=8, step=4, **kwargs)
+    message = str(err.value)
+    assert "failed on 13 of 24 responses (54 %) over the last 3 steps" in message
+    assert "reward/errors 10, reward/timeouts 3" in message
+    assert "First error: row 3: failed (KeyError: 'x')" in message
+    assert "No checkpoint is on disk" in message
+
+
+def test_breaker_trips_at_the_first_step_and_1_never_trips(tmp_path):
+    with pytest.raises(RunStopped, match="32 of 32 responses .100 %. over this step"):
+        FailureBreaker(0.5, 3).update(errors=32, timeouts=0, responses=32, step=1,
+                                      first_error=None, run_dir=tmp_path)
+    FailureBreaker(1.0, 3).update(errors=32, timeouts=0, responses=32, step=1,
+                                  first_error=None, run_dir=tmp_path)
+    with pytest.raises(ValueError, match="reward.max_failure_rate=0"):
+        FailureBreaker(0.0, 3)
+
+
+def test_zero_reward_warning_leads_with_the_failures(caplog):
+    watch = ZeroRewardWatch(1)
+    with caplog.at_level(logging.WARNING, logger="thinkrl.rewards.watch"):
+        assert watch.update(torch.zeros(32), failures=32)
+    message = caplog.records[0].getMessage()
+    assert "FAILED on 32 of the 32 responses" in message and "template" not in message

@@ -1,0 +1,118 @@
+"""Every exit is a message: user errors vs bugs, stops, disk full, Ctrl-C,
+and the exact resume command."""
+
+from __future__ import annotations
+
+import errno
+import io
+import json
+
+import torch
+
+from thinkrl.checkpoint.lock import RunLock
+from thinkrl.commands.common import recipe_path
+from thinkrl.errors import RunStopped, SetupError
+from thinkrl.exits import is_disk_full, is_user_error, resume_argv, run_command
+
+
+def _run(function, argv=("train", "--config", "tiny")):
+    err = io.StringIO()
+    code = run_command(lambda args: function(), None, argv=list(argv), err=err)
+    return code, err.getvalue()
+
+
+def _checkpoint(run_dir, step):
+    folder = run_dir / f"global_step_{step}"
+    folder.mkdir(parents=True)
+    (folder / "meta.json").write_text(json.dumps({"step": step}))
+
+
+def test_a_valueerror_from_thinkrl_is_a_user_error_one_from_torch_is_a_bug(tmp_path):
+    def ours():
+        recipe_path("no-such-recipe")  # thinkrl's own check raises the ValueError
+
+    def theirs():
+        lock = RunLock.acquire(tmp_path / "run")
+        try:
+            torch.zeros(2).view(3)  # RuntimeError inside torch
+        finally:
+            lock.release()
+
+    def torch_value_error():  # a ValueError, but raised inside torch
+        torch.nn.functional.cross_entropy(torch.zeros(2, 3), torch.zeros(3, dtype=torch.long))
+
+    code, text = _run(ours)
+    assert code == 2 and text.startswith("thinkrl: error: --config no-such-recipe: no such file")
+    code, text = _run(theirs)
+    assert code == 1 and "this is a bug in thinkrl" in text and "RuntimeError" in text
+    log = (tmp_path / "run" / "error.log").read_text()
+    assert "Traceback (most recent call last)" in log and "thinkrl train --config tiny" in log
+    assert str(tmp_path / "run" / "error.log") in text
+    code, text = _run(torch_value_error)
+    assert code == 1 and "bug in thinkrl" in text and "ValueError: Expected input batch_size" in text
+
+
+def test_setup_errors_from_anywhere_are_the_users():
+    assert is_user_error(SetupError("problem", "fix"))
+    assert not is_user_error(KeyError("x"))
+
+
+def test_ctrl_c_prints_what_is_kept_and_the_resume_command(tmp_path):
+    run_dir = tmp_path / "run"
+
+    def interrupted():
+        lock = RunLock.acquire(run_dir)
+        _checkpoint(run_dir, 4)
+        lock.release()
+        raise KeyboardInterrupt
+
+    code, text = _run(interrupted, argv=["train", "--config", "tiny", "trainer.resume_mode=disable",
+                                         f"trainer.default_local_dir={run_dir}"])
+    assert code == 130 and "Traceback" not in text
+    assert f"Kept: global_step_4, the newest checkpoint in {run_dir}" in text
+    assert (f"Resume with: thinkrl train --config tiny trainer.default_local_dir={run_dir} "
+            "trainer.resume_mode=auto") in text
+
+
+def test_ctrl_c_before_any_checkpoint_says_so(tmp_path):
+    def interrupted():
+        RunLock.acquire(tmp_path).release()
+        raise KeyboardInterrupt
+
+    code, text = _run(interrupted, argv=["train"])
+    assert code == 130 and "No checkpoint was saved" in text and "thinkrl train" in text
+
+
+def test_a_stop_exits_1_with_the_resume_line(tmp_path):
+    def stopped():
+        RunLock.acquire(tmp_path).release()
+        _checkpoint(tmp_path, 2)
+        raise RunStopped("step 3: the policy is destroyed")
+
+    code, text = _run(stopped)
+    assert code == 1 and text.startswith("thinkrl: training stopped: step 3: the policy")
+    assert "Resume with: thinkrl train --config tiny trainer.resume_mode=auto" in text
+
+
+def test_disk_full_is_recognised_in_any_form():
+    assert is_disk_full(OSError(errno.ENOSPC, "No space left on device"))
+    assert is_disk_full(RuntimeError("[enforce fail at inline_container.cc:595] . "
+                                     "PytorchStreamWriter failed writing file data/0: file write failed"))
+    wrapped = RuntimeError("save failed")
+    wrapped.__cause__ = OSError(errno.EDQUOT, "Disk quota exceeded")
+    assert is_disk_full(wrapped)
+    assert not is_disk_full(OSError(errno.EACCES, "Permission denied"))
+
+
+def test_disk_full_outside_a_save_names_the_folder(tmp_path):
+    def full():
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "metrics.jsonl"))
+
+    code, text = _run(full, argv=["report", str(tmp_path)])
+    assert code == 1 and f"writing in {tmp_path} failed" in text and " free;" in text
+
+
+def test_resume_argv():
+    assert resume_argv(["train"]) == ["train", "--config", "tiny", "trainer.resume_mode=auto"]
+    assert resume_argv(["train", "a.b=1", "trainer.resume_mode=resume_path",
+                        "trainer.resume_from_path=/x"]) == ["train", "a.b=1", "trainer.resume_mode=auto"]

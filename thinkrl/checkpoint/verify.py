@@ -1,0 +1,134 @@
+"""Checkpoints that prove they are intact: a checksum of every file, finite weights.
+
+Every save lists each file of the checkpoint folder in `meta.json`:
+
+    "files": {"actor/model.safetensors": {"bytes": 1234, "sha256": "..."}, ...}
+
+whatever the layout (one safetensors file, shards, a distributed checkpoint's
+per-rank files): verification reads only that list. sha256, because it is
+the checksum people can check with `sha256sum`, and it is fast enough:
+1.2-1.9 GiB/s on one core of our 2-core dev machine (hashlib with SHA-NI;
+`bench/fault_table.py` prints it), against 6.5 GiB/s for zlib.crc32, which
+would not be worth a second format. The tiny model's 1.4 MB checkpoint hashes
+in 5 ms, and verifying it (checksums plus the finiteness scan) takes 2-3 ms.
+
+A checkpoint is intact when its `meta.json` reads, every listed file exists
+with its size and checksum, every safetensors file has a valid header and
+finite floating-point tensors. A checkpoint saved before checksums existed
+(no "files" list) gets the header and finiteness checks only.
+
+Resuming walks the complete checkpoints newest first and takes the first
+intact one, saying which were skipped and why (`newest_intact`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+MARKER = "meta.json"  # thinkrl.checkpoint.store writes it last; it marks a complete save
+FILES_KEY = "files"
+_CHUNK = 8 * 2**20
+
+
+class DamagedCheckpoint(ValueError):
+    """A checkpoint folder that fails verification; the message names the
+    folder, the file and what is wrong with it."""
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def file_digests(folder: Path) -> dict[str, dict]:
+    """{relative path: {"bytes", "sha256"}} of every file under `folder`
+    except the marker (which holds this list)."""
+    listed = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        rel = path.relative_to(folder).as_posix()
+        if rel != MARKER:
+            listed[rel] = {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
+    return listed
+
+
+def read_meta(folder: Path) -> dict:
+    """The parsed `meta.json`, or DamagedCheckpoint."""
+    try:
+        meta = json.loads((folder / MARKER).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise DamagedCheckpoint(f"{folder}: {MARKER} does not read ({err})") from None
+    if not isinstance(meta, dict):
+        raise DamagedCheckpoint(f"{folder}: {MARKER} holds a {type(meta).__name__}, not a record")
+    return meta
+
+
+def verify_checkpoint(folder: Path) -> bool:
+    """Raise DamagedCheckpoint unless `folder` is intact; returns False when
+    it could only be partly verified (saved without a checksum list)."""
+    meta = read_meta(folder)
+    listed = meta.get(FILES_KEY)
+    for rel, expected in (listed or {}).items():
+        path = folder / rel
+        if not path.is_file():
+            raise DamagedCheckpoint(f"{folder}: {rel} is missing")
+        size = path.stat().st_size
+        if size != expected["bytes"]:
+            raise DamagedCheckpoint(f"{folder}: {rel} has {size} bytes, {expected['bytes']} were "
+                                    "saved (truncated or overwritten)")
+        if sha256_file(path) != expected["sha256"]:
+            raise DamagedCheckpoint(f"{folder}: {rel} does not match its saved sha256 (its "
+                                    "bytes changed after the save)")
+    weights = sorted(folder / rel for rel in listed) if listed else sorted(folder.rglob("*.safetensors"))
+    for path in weights:
+        if path.suffix == ".safetensors":
+            check_finite_safetensors(path, folder=folder)
+    return listed is not None
+
+
+def check_finite_safetensors(path: Path, *, folder: Path) -> None:
+    """DamagedCheckpoint if `path` has a bad header or a non-finite value.
+    One tensor in memory at a time."""
+    import torch
+    from safetensors import safe_open
+
+    rel = path.relative_to(folder).as_posix()
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            for name in f.keys():
+                tensor = f.get_tensor(name)
+                if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                    bad = int((~torch.isfinite(tensor)).sum())
+                    raise DamagedCheckpoint(f"{folder}: {rel} holds {bad} non-finite value(s) "
+                                            f"(NaN or inf) in {name}")
+    except DamagedCheckpoint:
+        raise
+    except Exception as err:  # safetensors raises its own error types for bad headers
+        raise DamagedCheckpoint(f"{folder}: {rel} does not read as safetensors "
+                                f"({type(err).__name__}: {err})") from None
+
+
+def newest_intact(candidates: list[Path], *, log=print) -> Path | None:
+    """The first intact checkpoint of `candidates` (newest first), warning
+    about each one skipped; None when none is intact."""
+    skipped: list[str] = []
+    for folder in candidates:
+        try:
+            verified = verify_checkpoint(folder)
+        except DamagedCheckpoint as err:
+            log(f"warning: skipping checkpoint {folder.name}: {err}")
+            skipped.append(folder.name)
+            continue
+        if not verified:
+            log(f"note: {folder.name} was saved without checksums; only its weights were checked")
+        if skipped:
+            log(f"falling back to {folder.name}, the newest intact checkpoint "
+                f"(damaged: {', '.join(skipped)}; they stay on disk for inspection)")
+        return folder
+    if skipped:
+        log(f"warning: no intact checkpoint ({', '.join(skipped)} damaged): starting from step 0")
+    return None

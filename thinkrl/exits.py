@@ -1,0 +1,177 @@
+"""Every exit is a message: how `thinkrl COMMAND` ends when something goes wrong.
+
+    a user mistake (SetupError, or a ValueError raised by thinkrl's own checks)
+        "thinkrl: error: <problem; fix>"                                   exit 2
+    a guard stopped the run (RunStopped, FloatingPointError)
+        "thinkrl: training stopped: <why, what is kept>" + resume line      exit 1
+    the disk is full (ENOSPC / EDQUOT, or a writer's "No space left")
+        the folder, its free space, the space needed + resume line          exit 1
+    another OSError (permissions, a missing file)
+        "thinkrl: error: <what the system said>"                            exit 1
+    Ctrl-C
+        what is kept on disk + the exact command that resumes              exit 130
+    anything else: a bug in thinkrl
+        one line naming it as a bug; the traceback goes to <run dir>/error.log exit 1
+
+A ValueError counts as the user's only when thinkrl raised it itself (the
+innermost frame of its traceback is in the thinkrl package): one raised
+inside torch or the standard library is an internal error, and reporting it
+as a config mistake sent users hunting for a typo that was not theirs.
+"""
+
+from __future__ import annotations
+
+import errno
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Callable
+
+from thinkrl.errors import DiskFull, RunStopped, SetupError
+
+_PACKAGE = Path(__file__).resolve().parent
+_DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+_DISK_FULL_TEXT = ("No space left", "StorageFull", "Disk quota exceeded", "file write failed")
+
+
+def run_command(function: Callable, args, *, argv: list[str], err=None) -> int:
+    """`function(args)` with every failure turned into a message and an exit code."""
+    from thinkrl.checkpoint.lock import forget_last_locked, last_locked_run_dir
+
+    err = err or sys.stderr
+    forget_last_locked()
+
+    def say(message: str) -> None:
+        print(message, file=err, flush=True)
+
+    try:
+        return function(args)
+    except KeyboardInterrupt:
+        say("\nthinkrl: stopped by Ctrl-C. " + kept_and_resume(argv, last_locked_run_dir()))
+        return 130
+    except (RunStopped, FloatingPointError) as stop:
+        say(f"thinkrl: training stopped: {stop}")
+        say(resume_line(argv, last_locked_run_dir()))
+        return 1
+    except DiskFull as full:
+        say(f"thinkrl: the disk is full: {full}")
+        say(resume_line(argv, last_locked_run_dir()))
+        return 1
+    except Exception as error:  # classified below; BaseException (SystemExit) passes
+        if is_disk_full(error):
+            say(f"thinkrl: the disk is full: {disk_full_message(error)}")
+            say(resume_line(argv, last_locked_run_dir()))
+            return 1
+        if is_user_error(error):
+            say(f"thinkrl: error: {error}")
+            return 2
+        if isinstance(error, OSError):
+            say(f"thinkrl: error: {error}")
+            return 1
+        log = write_error_log(error, argv=argv, run_dir=last_locked_run_dir())
+        say(f"thinkrl: internal error: this is a bug in thinkrl, not in your config or data "
+            f"({type(error).__name__}: {str(error)[:300]}). The traceback is in {log}; please "
+            "report it with that file.")
+        return 1
+
+
+def is_user_error(error: BaseException) -> bool:
+    """A SetupError, or a ValueError raised by thinkrl's own code."""
+    if isinstance(error, SetupError):
+        return True
+    if not isinstance(error, ValueError):
+        return False
+    frames = traceback.extract_tb(error.__traceback__)
+    return bool(frames) and Path(frames[-1].filename).resolve().is_relative_to(_PACKAGE)
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """ENOSPC/EDQUOT anywhere in the cause chain, or a writer (torch.save,
+    safetensors) that reports it only in its message."""
+    seen = error
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in _DISK_FULL_ERRNOS:
+            return True
+        if any(text in str(seen) for text in _DISK_FULL_TEXT):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def disk_full_message(error: BaseException, *, folder: Path | None = None,
+                      needed: int | None = None) -> str:
+    """The folder, its free space, and the space needed (when known)."""
+    filename = getattr(error, "filename", None)
+    if folder is None:
+        folder = Path(filename).parent if filename else Path.cwd()
+    free = _free_bytes(folder)
+    need = (f"; it needs about {_size(needed)} more there" if needed else
+            "; it needs at least a few MB there to go on")
+    return (f"writing in {folder} failed ({type(error).__name__}: {str(error)[:200]}): "
+            f"{_size(free)} free{need}. Free space there, keep fewer checkpoints "
+            "(trainer.max_actor_ckpt_to_keep) or point trainer.default_local_dir at a larger "
+            "disk; `thinkrl doctor` checks the space before a run")
+
+
+def write_error_log(error: BaseException, *, argv: list[str], run_dir: Path | None) -> Path:
+    """Append the traceback to <run dir>/error.log (a temp file without a run dir)."""
+    path = run_dir / "error.log" if run_dir is not None and run_dir.is_dir() else \
+        Path(tempfile.gettempdir()) / "thinkrl-error.log"
+    text = (f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} thinkrl {shlex.join(argv)}\n"
+            + "".join(traceback.format_exception(error)))
+    try:
+        with path.open("a") as f:
+            f.write(text)
+    except OSError:  # no place to write: the traceback goes to the terminal instead
+        print(text, file=sys.stderr)
+        return Path("(the terminal above)")
+    return path
+
+
+def kept_and_resume(argv: list[str], run_dir: Path | None) -> str:
+    """What a stopped run left on disk, and the command that continues it."""
+    if run_dir is None:
+        return "Nothing of a run was written yet."
+    return resume_line(argv, run_dir)
+
+
+def resume_line(argv: list[str], run_dir: Path | None) -> str:
+    if run_dir is None or not argv or argv[0] != "train":
+        return ""
+    from thinkrl.checkpoint.store import latest_checkpoint
+
+    latest = latest_checkpoint(run_dir, log=lambda *_: None)
+    if latest is None:
+        return (f"No checkpoint was saved in {run_dir} (none was due yet, or trainer.save_freq "
+                f"<= 0): the same command starts over from step 0: thinkrl {shlex.join(argv)}")
+    return (f"Kept: {latest.name}, the newest checkpoint in {run_dir}, and metrics.jsonl. "
+            f"Resume with: thinkrl {shlex.join(resume_argv(argv))}")
+
+
+def resume_argv(argv: list[str]) -> list[str]:
+    """`argv` made to continue from the run directory's newest checkpoint:
+    trainer.resume_mode=auto (whatever the command line or recipe said) and
+    no resume_from_path. A bare `thinkrl train` gets `--config tiny` too: with
+    an override and no --config it would start from verl's defaults."""
+    keep = [a for a in argv if not a.startswith(("trainer.resume_mode=",
+                                                  "trainer.resume_from_path="))]
+    if not any(a == "--config" or a.startswith("--config=") or "=" in a for a in keep[1:]):
+        keep = [keep[0], "--config", "tiny", *keep[1:]]
+    return [*keep, "trainer.resume_mode=auto"]
+
+
+def _free_bytes(folder: Path) -> int:
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return shutil.disk_usage(folder).free
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
