@@ -144,13 +144,18 @@ def test_weights_saved_are_always_finite(two_steps):
     from thinkrl.checkpoint.state import Progress, save_checkpoint
     from thinkrl.errors import RunStopped
 
+    from thinkrl.parallel.fsdp import parameter_stats
+
+    model = torch.nn.Linear(2, 2)
+
     class Fake:  # only what the check reads before writing anything
         class actor:
-            model = torch.nn.Linear(2, 2)
+            def weight_stats() -> dict:
+                return {**parameter_stats(model), "vocab_size": 2}
         run_dir = two_steps[1]
 
     with torch.no_grad():
-        Fake.actor.model.weight[0, 0] = float("nan")
+        model.weight[0, 0] = float("nan")
     before = on_disk(Fake.run_dir)
     with pytest.raises(RunStopped, match="not saving a checkpoint: 1 weight tensor.* weight"):
         save_checkpoint(Fake, Progress(step=9))

@@ -100,3 +100,17 @@ def full_tensor(value: torch.Tensor) -> torch.Tensor:
     """A DTensor gathered whole (a collective: every rank must call it); a
     plain tensor as it is."""
     return value.full_tensor() if hasattr(value, "full_tensor") else value
+
+
+@torch.no_grad()
+def parameter_stats(model: nn.Module) -> dict:
+    """Over the parameters this process holds (its shards when sharded): the
+    names of those holding NaN or inf, and the float64 sum of their squares.
+    Summing square_sum over ranks gives the whole model's squared L2 norm."""
+    nonfinite, square_sum = [], 0.0
+    for name, p in model.named_parameters():
+        local = p.to_local() if hasattr(p, "to_local") else p
+        if not bool(torch.isfinite(local).all()):
+            nonfinite.append(name)
+        square_sum += float(local.detach().double().pow(2).sum())
+    return {"nonfinite": nonfinite, "square_sum": square_sum}

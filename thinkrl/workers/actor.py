@@ -27,7 +27,7 @@ from thinkrl.checkpoint.sharded import ACTOR_DIR, OPTIMIZER_FILE, load_actor_sta
 from thinkrl.config.schema import ActorConfig, OptimConfig
 from thinkrl.models.forward import batched_response_logprobs, response_logprobs
 from thinkrl.parallel.distributed import sum_over_ranks
-from thinkrl.parallel.fsdp import full_tensor
+from thinkrl.parallel.fsdp import full_tensor, parameter_stats
 from thinkrl.records import TrainBatch
 from thinkrl.workers.mini_batches import MiniBatch, plan_mini_batches
 
@@ -89,18 +89,10 @@ class ActorWorker:
         parameters, so an engine sharing this module copies nothing."""
         return self.model.named_parameters()
 
-    @torch.no_grad()
     def weight_stats(self) -> dict:
-        """For the divergence guard and the save check, over the parameters
-        this process holds (its shards when sharded): the names of those
-        holding NaN or inf, the float64 sum of their squares, the vocabulary."""
-        nonfinite, square_sum = [], 0.0
-        for name, p in self.model.named_parameters():
-            local = p.to_local() if hasattr(p, "to_local") else p
-            if not bool(torch.isfinite(local).all()):
-                nonfinite.append(name)
-            square_sum += float(local.detach().double().pow(2).sum())
-        return {"nonfinite": nonfinite, "square_sum": square_sum,
+        """For the divergence guard and the save check: `parameter_stats` of
+        the weights this process holds, and the vocabulary size."""
+        return {**parameter_stats(self.model),
                 "vocab_size": self.model.get_output_embeddings().weight.shape[0]}
 
     def plan(self, batch: TrainBatch, *, mini_batch_size: int) -> list[MiniBatch]:
