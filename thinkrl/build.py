@@ -16,7 +16,7 @@ import torch
 import yaml
 
 from thinkrl import builtin
-from thinkrl.algos.advantages import get_advantage_estimator
+from thinkrl.algos.advantages import build_advantage_estimator
 from thinkrl.algos.kl_control import KLController
 from thinkrl.checkpoint.resume import checkpoint_to_resume
 from thinkrl.checkpoint.state import Progress, load_checkpoint
@@ -178,7 +178,7 @@ def build_run(cfg: Config, *, log=print) -> Run:
               tokenizer=tokenizer, actor=actor, reference=reference, engine=engine, train_loader=train_loader,
               val_prompts=val_prompts, reward=reward,
               zero_reward_watch=ZeroRewardWatch(cfg.reward.zero_reward_warn_steps),
-              advantage_fn=get_advantage_estimator(cfg.algorithm.adv_estimator),
+              advantage_fn=build_advantage_estimator(cfg.algorithm),
               sampling=sampling, val_sampling=val_sampling, total_steps=total_steps,
               metrics_log=metrics_log,
               kl_controller=_kl_controller(cfg), sync=synchronizer(device))

@@ -174,8 +174,7 @@ def shaped_rewards(run: Run, rollouts: Rollouts, *, scores: torch.Tensor,
 
 
 def compute_advantages(run: Run, rollouts: Rollouts, rewards: torch.Tensor) -> torch.Tensor:
-    return run.advantage_fn(rewards, rollouts.response_mask.float(), rollouts.group_ids,
-                            norm_adv_by_std_in_grpo=run.cfg.algorithm.norm_adv_by_std_in_grpo)
+    return run.advantage_fn(rewards, rollouts.response_mask.float(), rollouts.group_ids)
 
 
 def train_batch(run: Run, rollouts: Rollouts, sequences: Sequences, *, advantages: torch.Tensor,
