@@ -23,6 +23,7 @@ from thinkrl.checkpoint.state import Progress, load_checkpoint
 from thinkrl.config import Config, DerivedSizes, inactive_settings, validate
 from thinkrl.config.loading import config_to_dict
 from thinkrl.data.dataset import Prompt, PromptLoader, load_prompts
+from thinkrl.dynamic_sampling import generation_batch_size
 from thinkrl.errors import SetupError
 from thinkrl.metrics import MetricsLog
 from thinkrl.models.loading import eos_token_ids, load_causal_lm, load_tokenizer
@@ -136,7 +137,7 @@ def build_run(cfg: Config, *, log=print) -> Run:
     # An unknown data_source stops the run here, not at step 1.
     reward.check_sources(p.sample.data_source for p in train_prompts + val_prompts)
 
-    train_loader = PromptLoader(train_prompts, batch_size=data.train_batch_size,
+    train_loader = PromptLoader(train_prompts, batch_size=generation_batch_size(cfg),
                                 shuffle=data.shuffle, seed=data.seed,
                                 pad_token_id=tokenizer.pad_token_id)
     total_steps = total_training_steps(cfg, batches_per_epoch=train_loader.batches_per_epoch)

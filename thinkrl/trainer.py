@@ -19,11 +19,12 @@ from thinkrl.build import Run, build_run
 from thinkrl.checkpoint.resume import should_save
 from thinkrl.checkpoint.state import Progress, save_checkpoint
 from thinkrl.config import Config
+from thinkrl.dynamic_sampling import generate_and_score
 from thinkrl.evaluation import run_validation
 from thinkrl.generations import log_train_generations, log_val_generations
 from thinkrl.metrics import StageTimer, rollout_metrics, throughput_metrics
 from thinkrl.records import Rollouts, TrainBatch
-from thinkrl.rewards.scoring import decode_responses, token_level_rewards
+from thinkrl.rewards.scoring import token_level_rewards
 
 MAX_SKIPPED_UPDATES = 3
 
@@ -99,12 +100,8 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
     """Generate, score, estimate advantages, update the actor, sync weights."""
     timer = StageTimer(run.sync)
     with timer("step"):
-        prompts = run.train_loader.next_batch()
-        with timer("gen"):
-            rollouts = run.engine.generate(prompts, run.sampling)
-        with timer("reward"):
-            texts = decode_responses(rollouts, run.tokenizer)
-            scored = run.reward.score(texts, rollouts.samples)
+        sampled = generate_and_score(run, timer)  # gen + reward; DAPO's dynamic sampling
+        rollouts, texts, scored = sampled.rollouts, sampled.texts, sampled.scored
         run.zero_reward_watch.update(scored.scores)
         save_train_generations(run, step, rollouts, texts=texts, scores=scored.scores)
         sequences = rollouts.sequences()  # prompt + response, built once per step
@@ -129,7 +126,7 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
                                  advantages=advantages),
                **throughput_metrics(rollouts, step_seconds=timer.seconds["step"],
                                     world_size=run.sizes.world_size),
-               **scored.metrics(),
+               **scored.metrics(), **sampled.metrics,
                "training/epoch": float(run.train_loader.epoch)}
     return metrics
 

@@ -273,6 +273,9 @@ def _check_algorithm(cfg: Config, bad: Callable[[str, str], None]) -> None:
     if groups.enable and arr.rollout.n == 1:
         bad(f"{_ARR}.rollout.n", "a group of one response is never constant, so dynamic sampling would "
             "drop nothing; set rollout.n>=2 or algorithm.filter_groups.enable=False")
+    if groups.enable and groups.metric == "seq_final_reward" and algo.use_kl_in_reward:
+        bad("algorithm.filter_groups.metric", "groups are filtered before the KL-in-reward penalty is "
+            "computed here; use seq_reward, or algorithm.use_kl_in_reward=False")
     gen = cfg.data.gen_batch_size
     if gen is not None and not groups.enable and gen != cfg.data.train_batch_size:
         bad("data.gen_batch_size", "it sizes the generation batches of dynamic sampling only; set "
