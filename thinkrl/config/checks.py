@@ -64,7 +64,7 @@ _POSITIVE_IF_SET = (
 # key -> (is the value accepted, what to do otherwise)
 _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     f"{_ARR}.actor.clip_ratio": (lambda v: 0 < v < 1, "use a value in (0, 1), e.g. 0.2"),
-    f"{_ARR}.actor.clip_ratio_low": (lambda v: v is None or 0 < v < 1, "use a value in (0, 1), e.g. 0.2, or null"),
+    f"{_ARR}.actor.clip_ratio_low": (lambda v: v is None or v > 0, "use a value in (0, 1), e.g. 0.2, or null"),
     f"{_ARR}.actor.clip_ratio_high": (lambda v: v is None or v > 0, "use a value > 0, e.g. 0.28, or null"),
     f"{_ARR}.actor.clip_ratio_c": (lambda v: v > 1, "dual-clip needs a bound > 1, e.g. 3.0"),
     f"{_ARR}.actor.grad_clip": (lambda v: v > 0, "use a norm > 0, e.g. 1.0"),
@@ -263,6 +263,10 @@ def _check_algorithm(cfg: Config, bad: Callable[[str, str], None]) -> None:
         bad(f"{_ARR}.rollout.n", f"{algo.adv_estimator} compares the responses to one prompt, so it needs "
             "actor_rollout_ref.rollout.n>=2 (e.g. 4)")
     loss = arr.actor.policy_loss
+    low = arr.actor.clip_ratio_low
+    if low is not None and low >= 1 and loss.loss_mode != "cispo":
+        bad(f"{_ARR}.actor.clip_ratio_low", "use a value in (0, 1), e.g. 0.2, or null (only "
+            "policy_loss.loss_mode=cispo takes >= 1, meaning no lower bound on its weight)")
     if loss.clip_cov_lb >= loss.clip_cov_ub:
         bad(f"{_ARR}.actor.policy_loss.clip_cov_lb",
             f"must be below policy_loss.clip_cov_ub={loss.clip_cov_ub} (verl: 1.0 and 5.0)")
