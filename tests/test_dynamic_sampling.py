@@ -17,6 +17,7 @@ from thinkrl.dynamic_sampling import filter_values, generate_and_score, generati
 from thinkrl.metrics import StageTimer
 from thinkrl.records import PromptBatch, Rollouts, Sample
 from thinkrl.rewards.scorer import ScoreResult
+from thinkrl.rollout.base import SamplingParams
 
 N_PER_PROMPT = 2
 
@@ -39,12 +40,13 @@ class FakeEngine:
     """Response j of a prompt is token 10 + j, repeated; batch k's responses are 2 + k tokens long."""
 
     def __init__(self) -> None:
-        self.calls = 0
+        self.calls, self.params = 0, []
 
     def generate(self, prompts: PromptBatch, params) -> Rollouts:
         length = 2 + self.calls
         self.calls += 1
-        b, g = len(prompts), N_PER_PROMPT
+        self.params.append(params)
+        b, g = len(prompts), params.n
         response = torch.tensor([[10 + j] * length for _ in range(b) for j in range(g)])
         return Rollouts(prompts.input_ids.repeat_interleave(g, 0), prompts.attention_mask.repeat_interleave(g, 0),
                         response, torch.ones_like(response), torch.zeros(b * g, length),
@@ -75,7 +77,7 @@ def _run(*, train: int, gen: int, max_batches: int = 0, overlong: bool = False) 
         buffer = cfg.reward_model.overlong_buffer
         buffer.enable, buffer.len, buffer.penalty_factor, buffer.log = True, 2, 1.0, True
     return SimpleNamespace(cfg=cfg, train_loader=FakeLoader(generation_batch_size(cfg)), engine=FakeEngine(),
-                           sampling=None, tokenizer=FakeTokenizer(), reward=FakeReward(),
+                           sampling=SamplingParams(n=N_PER_PROMPT), tokenizer=FakeTokenizer(), reward=FakeReward(),
                            sizes=SimpleNamespace(response_length=4))
 
 
@@ -129,3 +131,17 @@ def test_unknown_metric_names_what_the_reward_reports():
     run.cfg.algorithm.filter_groups.metric = "accuracy"
     with pytest.raises(ValueError, match="accuracy.*reports: none"):
         generate_and_score(run, StageTimer())
+
+
+def test_remax_scores_one_greedy_response_per_prompt_as_baseline():
+    # Without dynamic sampling: one batch of 2 prompts (0 constant, 1 mixed), then a greedy
+    # batch (n=1, no sampling) whose only response j=0 scores 1 for both prompts.
+    run = _run(train=2, gen=2)
+    run.cfg.algorithm.filter_groups.enable = False
+    run.cfg.algorithm.adv_estimator = "remax"
+    timer = StageTimer()
+    out = generate_and_score(run, timer)
+    greedy = run.engine.params[1]
+    assert (greedy.n, greedy.do_sample) == (1, False)
+    assert out.reward_baselines.tolist() == [1.0] * 4  # one per response, repeated over its group
+    assert "gen_max" in timer.seconds

@@ -7,7 +7,9 @@ generation batch has ``data.gen_batch_size`` prompts; groups whose
 batches are generated until ``data.train_batch_size`` mixed groups remain
 (the first ones are kept, as verl does), or ``max_num_gen_batches`` is spent.
 Scores carry DAPO's soft overlong penalty when ``reward_model.overlong_buffer``
-is on.
+is on. With ``algorithm.adv_estimator=remax`` each generation batch also gets
+one greedy response per prompt, whose score is ReMax's baseline
+(``timing_s/gen_max``, as verl names it).
 
 Shapes: B prompts, G responses per prompt, N = B*G, P prompt tokens
 (left-padded), R response tokens (right-padded).
@@ -15,6 +17,7 @@ Shapes: B prompts, G responses per prompt, N = B*G, P prompt tokens
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -24,7 +27,7 @@ from torch import Tensor
 from thinkrl.algos.dapo import mixed_groups, overlong_penalty
 from thinkrl.config import Config
 from thinkrl.metrics import StageTimer
-from thinkrl.records import Rollouts
+from thinkrl.records import PromptBatch, Rollouts
 from thinkrl.rewards.scorer import ScoreResult
 from thinkrl.rewards.scoring import decode_responses
 
@@ -41,6 +44,7 @@ class ScoredRollouts:
     scored: ScoreResult  # scores [N] include the overlong penalty
     raw_scores: Tensor  # [N] the reward function's scores, before the overlong penalty
     metrics: dict[str, float]  # train/num_gen_batches etc. under dynamic sampling
+    reward_baselines: Tensor | None = None  # [N] ReMax: score of the prompt's greedy response
 
 
 def generation_batch_size(cfg: Config) -> int:
@@ -110,15 +114,32 @@ def _one_batch(run: Run, timer: StageTimer) -> ScoredRollouts:
         texts = decode_responses(rollouts, run.tokenizer)
         scored = run.reward.score(texts, rollouts.samples)
     raw_scores = scored.scores
+    scored.scores = raw_scores + _penalty(run, rollouts)
     buffer = run.cfg.reward_model.overlong_buffer
-    if buffer.enable:
-        penalty = overlong_penalty(rollouts.response_lengths, max_response_length=run.sizes.response_length,
-                                   buffer_len=buffer.len, penalty_factor=buffer.penalty_factor)
-        scored.scores = raw_scores + penalty
-        if buffer.log:  # reported as reward/overlong_reward/mean and reward/overlong/mean
-            for parts, p in zip(scored.parts, penalty.tolist()):
-                parts.update(overlong_reward=p, overlong=float(p < 0))
-    return ScoredRollouts(rollouts, texts, scored, raw_scores, {})
+    if buffer.enable and buffer.log:  # reported as reward/overlong_reward/mean and reward/overlong/mean
+        for parts, p in zip(scored.parts, (scored.scores - raw_scores).tolist()):
+            parts.update(overlong_reward=p, overlong=float(p < 0))
+    baselines = None
+    if run.cfg.algorithm.adv_estimator == "remax":
+        with timer("gen_max"):
+            baselines = greedy_baseline(run, prompts).repeat_interleave(run.sampling.n)
+    return ScoredRollouts(rollouts, texts, scored, raw_scores, {}, baselines)
+
+
+def _penalty(run: Run, rollouts: Rollouts) -> Tensor:
+    """[N] DAPO's overlong penalty, zeros when reward_model.overlong_buffer is off."""
+    buffer = run.cfg.reward_model.overlong_buffer
+    if not buffer.enable:
+        return torch.zeros(len(rollouts))
+    return overlong_penalty(rollouts.response_lengths, max_response_length=run.sizes.response_length,
+                            buffer_len=buffer.len, penalty_factor=buffer.penalty_factor)
+
+
+def greedy_baseline(run: Run, prompts: PromptBatch) -> Tensor:
+    """ReMax's baseline: the score (with any overlong penalty) of one greedy response per prompt. [B]."""
+    greedy = run.engine.generate(prompts, dataclasses.replace(run.sampling, n=1, do_sample=False))
+    scored = run.reward.score(decode_responses(greedy, run.tokenizer), greedy.samples)
+    return scored.scores + _penalty(run, greedy)
 
 
 def _select(part: ScoredRollouts, rows: Tensor) -> ScoredRollouts:
@@ -127,8 +148,9 @@ def _select(part: ScoredRollouts, rows: Tensor) -> ScoredRollouts:
                         r.rollout_logprobs[rows], [r.finish_reasons[i] for i in picks], r.group_ids[rows],
                         [r.samples[i] for i in picks])
     scored = ScoreResult(s.scores[rows], s.errors, s.timeouts, [s.parts[i] for i in picks] if s.parts else [])
+    baselines = None if part.reward_baselines is None else part.reward_baselines[rows]
     return ScoredRollouts(rollouts, [part.texts[i] for i in picks], scored, part.raw_scores[rows],
-                          dict(part.metrics))
+                          dict(part.metrics), baselines)
 
 
 def _concat(parts: list[ScoredRollouts], *, pad_token_id: int) -> ScoredRollouts:
@@ -156,8 +178,9 @@ def _concat(parts: list[ScoredRollouts], *, pad_token_id: int) -> ScoredRollouts
     scored = ScoreResult(torch.cat([p.scored.scores for p in parts]),
                          sum(p.scored.errors for p in parts), sum(p.scored.timeouts for p in parts),
                          [x for p in parts for x in p.scored.parts])
+    baselines = None if parts[0].reward_baselines is None else torch.cat([p.reward_baselines for p in parts])
     return ScoredRollouts(rollouts, [t for p in parts for t in p.texts], scored,
-                          torch.cat([p.raw_scores for p in parts]), {})
+                          torch.cat([p.raw_scores for p in parts]), {}, baselines)
 
 
 def _pad(t: Tensor, width: int, value: float, *, left: bool) -> Tensor:

@@ -113,7 +113,8 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
             rewards, kl_metrics = shaped_rewards(run, rollouts, scores=scored.scores,
                                                  old_logprobs=old_logprobs,
                                                  ref_logprobs=ref_logprobs)
-            advantages = compute_advantages(run, rollouts, rewards)
+            advantages = compute_advantages(run, rollouts, rewards,
+                                            reward_baselines=sampled.reward_baselines)
         batch = train_batch(run, rollouts, sequences, advantages=advantages,
                             old_logprobs=old_logprobs, ref_logprobs=ref_logprobs)
         with timer("update_actor"):
@@ -170,8 +171,11 @@ def shaped_rewards(run: Run, rollouts: Rollouts, *, scores: torch.Tensor,
                                  "actor/reward_kl_penalty_coeff": beta}
 
 
-def compute_advantages(run: Run, rollouts: Rollouts, rewards: torch.Tensor) -> torch.Tensor:
-    return run.advantage_fn(rewards, rollouts.response_mask.float(), rollouts.group_ids)
+def compute_advantages(run: Run, rollouts: Rollouts, rewards: torch.Tensor, *,
+                       reward_baselines: torch.Tensor | None = None) -> torch.Tensor:
+    """run.advantage_fn (settings bound at build); ReMax's per-step baselines bound here."""
+    step_inputs = {} if reward_baselines is None else {"reward_baselines": reward_baselines}
+    return run.advantage_fn(rewards, rollouts.response_mask.float(), rollouts.group_ids, **step_inputs)
 
 
 def train_batch(run: Run, rollouts: Rollouts, sequences: Sequences, *, advantages: torch.Tensor,

@@ -8,7 +8,8 @@ import torch
 from thinkrl.algos.advantages import (ADVANTAGE_ESTIMATORS, build_advantage_estimator, gpg_outcome_advantage,
                                       grpo_outcome_advantage, grpo_passk_outcome_advantage, masked_whiten,
                                       opo_outcome_advantage, reinforce_plus_plus_advantage,
-                                      reinforce_plus_plus_baseline_advantage, rloo_outcome_advantage)
+                                      reinforce_plus_plus_baseline_advantage, remax_outcome_advantage,
+                                      rloo_outcome_advantage)
 from thinkrl.config.schema import ADV_ESTIMATORS, AlgorithmConfig
 
 # Two groups: prompt 0 scored [1, 0, 0], prompt 1 scored [3, 1]; one token per response.
@@ -104,6 +105,15 @@ def test_reinforce_plus_plus_return_does_not_leak_across_padding():
     adv = reinforce_plus_plus_advantage(rewards, mask, torch.tensor([0, 1]), gamma=1.0)
     clean = reinforce_plus_plus_advantage(rewards * mask, mask, torch.tensor([0, 1]), gamma=1.0)
     torch.testing.assert_close(adv, clean)
+
+
+def test_remax_subtracts_the_greedy_baseline_from_the_return_to_go():
+    # row 0: reward 1 on its last token (3 tokens), greedy baseline 0.25 -> 0.75 on each token.
+    # row 1: reward 0, baseline 1 -> -1 on its 2 tokens, 0 on padding.
+    rewards = torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    adv = remax_outcome_advantage(rewards, mask, torch.tensor([0, 1]), reward_baselines=torch.tensor([0.25, 1.0]))
+    torch.testing.assert_close(adv, torch.tensor([[0.75, 0.75, 0.75], [-1.0, -1.0, 0.0]]))
 
 
 def test_masked_whiten_needs_two_tokens():

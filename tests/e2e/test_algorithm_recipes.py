@@ -14,7 +14,7 @@ from thinkrl.trainer import train
 pytestmark = pytest.mark.slow
 
 ALGORITHM_RECIPES = ["dr_grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "opo",
-                     "grpo_passk", "gpg", "dapo", "gspo", "sapo", "clip_cov", "kl_cov", "gmpo", "cispo"]
+                     "grpo_passk", "gpg", "remax", "dapo", "gspo", "sapo", "clip_cov", "kl_cov", "gmpo", "cispo"]
 
 # The tiny test model rarely solves a problem, so every group would score 0 and DAPO's
 # dynamic sampling would find no group to keep: this reward varies with the response instead.
@@ -49,6 +49,8 @@ def test_recipe_trains_two_steps(recipe, tiny_run, tmp_path):
         assert record["actor/skipped_updates"] == 0
         assert record["actor/grad_norm"] == record["actor/grad_norm"]  # not NaN
         assert "actor/pg_loss" in record and "critic/advantages/mean" in record
+    if recipe == "remax":
+        assert all(r["timing_s/gen_max"] > 0 for r in records)
     if recipe == "dapo":
         for record in records:
             assert record["train/num_gen_batches"] >= 1

@@ -39,6 +39,7 @@ __all__ = [
     "opo_outcome_advantage",
     "reinforce_plus_plus_advantage",
     "reinforce_plus_plus_baseline_advantage",
+    "remax_outcome_advantage",
     "rloo_outcome_advantage",
 ]
 
@@ -266,6 +267,25 @@ def gpg_outcome_advantage(token_level_rewards: Tensor, response_mask: Tensor, gr
     return adv.unsqueeze(-1) * response_mask.float()
 
 
+@torch.no_grad()
+def remax_outcome_advantage(token_level_rewards: Tensor, response_mask: Tensor, group_ids: Tensor,
+                            *, reward_baselines: Tensor) -> Tensor:
+    """ReMax: REINFORCE with the score of the prompt's greedy response as baseline.
+
+        G_{i,t} = sum_{t' >= t} r_{i,t'} m_{i,t'}     (return-to-go, undiscounted)
+        A_{i,t} = (G_{i,t} - b_i) m_{i,t}
+
+    ``reward_baselines`` [N] is step data, not a setting: the trainer's greedy-baseline
+    stage scores one greedy response per prompt and binds it per step. ``group_ids`` is
+    unused. Li et al. 2024, "ReMax: A Simple, Effective, and Efficient Reinforcement
+    Learning Method for Aligning Large Language Models" (arXiv:2310.10505).
+    Shapes: [N, T], [N, T], [N], [N] -> [N, T].
+    """
+    mask = response_mask.float()
+    returns = (token_level_rewards.float() * mask).flip(-1).cumsum(-1).flip(-1)
+    return returns - reward_baselines.float().unsqueeze(-1) * mask
+
+
 ADVANTAGE_ESTIMATORS: dict[str, Callable[..., Tensor]] = {
     "grpo": grpo_outcome_advantage,
     "rloo": rloo_outcome_advantage,
@@ -274,6 +294,7 @@ ADVANTAGE_ESTIMATORS: dict[str, Callable[..., Tensor]] = {
     "opo": opo_outcome_advantage,
     "grpo_passk": grpo_passk_outcome_advantage,
     "gpg": gpg_outcome_advantage,
+    "remax": remax_outcome_advantage,
 }
 
 # The config settings each estimator takes, read once when the run is built.

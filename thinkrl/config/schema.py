@@ -14,7 +14,7 @@ from typing import Any
 
 
 ADV_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "opo",
-                  "grpo_passk", "gpg")
+                  "grpo_passk", "gpg", "remax")
 """``algorithm.adv_estimator`` choices; ``thinkrl.algos.advantages`` registers one function per name."""
 POLICY_LOSS_MODES = ("vanilla", "gspo", "sapo", "gpg", "clip_cov", "kl_cov", "geo_mean", "cispo")
 """``actor.policy_loss.loss_mode`` choices; ``thinkrl.algos.policy_losses`` registers one function per name."""
