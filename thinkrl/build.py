@@ -17,7 +17,7 @@ import torch
 import yaml
 
 from thinkrl import builtin
-from thinkrl.algos.advantages import get_advantage_estimator
+from thinkrl.algos.advantages import build_advantage_estimator
 from thinkrl.algos.kl_control import KLController
 from thinkrl.checkpoint.lock import RunLock
 from thinkrl.checkpoint.resume import checkpoint_to_resume
@@ -26,6 +26,7 @@ from thinkrl.config import Config, DerivedSizes, execution_backend, inactive_set
 from thinkrl.config.loading import config_to_dict
 from thinkrl.data.dataset import Prompt, PromptLoader, load_prompts
 from thinkrl.data.templates import stop_token_ids
+from thinkrl.dynamic_sampling import generation_batch_size
 from thinkrl.errors import SetupError
 from thinkrl.metrics import MetricsLog
 from thinkrl.models.loading import eos_token_ids, load_generation_config, load_tokenizer
@@ -151,7 +152,7 @@ def _assemble(cfg: Config, sizes: DerivedSizes, *, log=print) -> Run:
     # An unknown data_source stops the run here, not at step 1.
     reward.check_sources(p.sample.data_source for p in train_prompts + val_prompts)
 
-    train_loader = PromptLoader(train_prompts, batch_size=data.train_batch_size,
+    train_loader = PromptLoader(train_prompts, batch_size=generation_batch_size(cfg),
                                 shuffle=data.shuffle, seed=data.seed,
                                 pad_token_id=tokenizer.pad_token_id)
     total_steps = total_training_steps(cfg, batches_per_epoch=train_loader.batches_per_epoch)
@@ -182,7 +183,7 @@ def _assemble(cfg: Config, sizes: DerivedSizes, *, log=print) -> Run:
                   tokenizer=tokenizer, actor=actor, reference=reference, engine=engine, train_loader=train_loader,
                   val_prompts=val_prompts, reward=reward,
                   zero_reward_watch=ZeroRewardWatch(cfg.reward.zero_reward_warn_steps),
-                  advantage_fn=get_advantage_estimator(cfg.algorithm.adv_estimator),
+                  advantage_fn=build_advantage_estimator(cfg.algorithm),
                   sampling=sampling, val_sampling=val_sampling, total_steps=total_steps,
                   metrics_log=metrics_log,
                   kl_controller=_kl_controller(cfg), sync=sync,

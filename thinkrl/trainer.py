@@ -19,12 +19,13 @@ from thinkrl.build import Run, build_run
 from thinkrl.checkpoint.resume import should_save
 from thinkrl.checkpoint.state import Progress, save_checkpoint
 from thinkrl.config import Config
+from thinkrl.dynamic_sampling import generate_and_score
 from thinkrl.evaluation import run_validation
 from thinkrl.generations import log_train_generations, log_val_generations
 from thinkrl.guard import DivergenceGuard, kept_on_disk
 from thinkrl.metrics import StageTimer, rollout_metrics, throughput_metrics
 from thinkrl.records import Rollouts, TrainBatch
-from thinkrl.rewards.scoring import decode_responses, token_level_rewards
+from thinkrl.rewards.scoring import token_level_rewards
 
 MAX_SKIPPED_UPDATES = 3
 
@@ -103,12 +104,8 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
     """Generate, score, estimate advantages, update the actor, sync weights."""
     timer = StageTimer(run.sync)
     with timer("step"):
-        prompts = run.train_loader.next_batch()
-        with timer("gen"):
-            rollouts = run.engine.generate(prompts, run.sampling)
-        with timer("reward"):
-            texts = decode_responses(rollouts, run.tokenizer)
-            scored = run.reward.score(texts, rollouts.samples)
+        sampled = generate_and_score(run, timer)  # gen + reward; DAPO's dynamic sampling
+        rollouts, texts, scored = sampled.rollouts, sampled.texts, sampled.scored
         run.zero_reward_watch.update(scored.scores, failures=scored.errors + scored.timeouts)
         check_reward_failures(run, scored, step=step)  # before an update on failed scores
         save_train_generations(run, step, rollouts, texts=texts, scores=scored.scores)
@@ -121,7 +118,8 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
             rewards, kl_metrics = shaped_rewards(run, rollouts, scores=scored.scores,
                                                  old_logprobs=old_logprobs,
                                                  ref_logprobs=ref_logprobs)
-            advantages = compute_advantages(run, rollouts, rewards)
+            advantages = compute_advantages(run, rollouts, rewards,
+                                            reward_baselines=sampled.reward_baselines)
         batch = train_batch(run, rollouts, sequences, advantages=advantages,
                             old_logprobs=old_logprobs, ref_logprobs=ref_logprobs)
         with timer("update_actor"):
@@ -134,7 +132,7 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
                                  advantages=advantages),
                **throughput_metrics(rollouts, step_seconds=timer.seconds["step"],
                                     world_size=run.sizes.world_size),
-               **scored.metrics(),
+               **scored.metrics(), **sampled.metrics,
                "training/epoch": float(run.train_loader.epoch)}
     return metrics
 
@@ -178,9 +176,11 @@ def shaped_rewards(run: Run, rollouts: Rollouts, *, scores: torch.Tensor,
                                  "actor/reward_kl_penalty_coeff": beta}
 
 
-def compute_advantages(run: Run, rollouts: Rollouts, rewards: torch.Tensor) -> torch.Tensor:
-    return run.advantage_fn(rewards, rollouts.response_mask.float(), rollouts.group_ids,
-                            norm_adv_by_std_in_grpo=run.cfg.algorithm.norm_adv_by_std_in_grpo)
+def compute_advantages(run: Run, rollouts: Rollouts, rewards: torch.Tensor, *,
+                       reward_baselines: torch.Tensor | None = None) -> torch.Tensor:
+    """run.advantage_fn (settings bound at build); ReMax's per-step baselines bound here."""
+    step_inputs = {} if reward_baselines is None else {"reward_baselines": reward_baselines}
+    return run.advantage_fn(rewards, rollouts.response_mask.float(), rollouts.group_ids, **step_inputs)
 
 
 def train_batch(run: Run, rollouts: Rollouts, sequences: Sequences, *, advantages: torch.Tensor,

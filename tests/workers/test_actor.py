@@ -9,7 +9,7 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from thinkrl.algos.losses import LOSS_AGG_MODES
-from thinkrl.config.schema import ActorConfig
+from thinkrl.config.schema import POLICY_LOSS_MODES, ActorConfig, PolicyLossConfig
 from thinkrl.records import TrainBatch
 from thinkrl.workers.actor import ActorWorker
 
@@ -38,9 +38,10 @@ def _batch(*, with_old: bool) -> TrainBatch:
     return TrainBatch(input_ids, attention_mask, position_ids, response_mask, advantages, old, ref)
 
 
-def _grads_after_update(model, batch, *, micro: int, mode: str) -> tuple[list, dict]:
+def _grads_after_update(model, batch, *, micro: int, mode: str,
+                        loss_mode: str = "vanilla") -> tuple[list, dict]:
     cfg = ActorConfig(loss_agg_mode=mode, use_kl_loss=True, kl_loss_coef=0.1, entropy_coeff=0.01,
-                      grad_clip=1e9)
+                      grad_clip=1e9, policy_loss=PolicyLossConfig(loss_mode=loss_mode))
     actor = ActorWorker(model, cfg, total_steps=1, micro_batch_size=micro,
                         log_prob_micro_batch_size=micro, temperature=0.9,
                         max_response_length=R, seed=0)
@@ -60,6 +61,28 @@ def test_gradient_does_not_depend_on_micro_batch_size(mode):
             torch.testing.assert_close(g, ref, rtol=1e-4, atol=1e-6)
         for key in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm",
                     "actor/pg_clipfrac"):
+            assert metrics[key] == pytest.approx(reference_metrics[key], rel=1e-4, abs=1e-7), key
+
+
+# clip_cov and kl_cov pick tokens by covariance statistics of the micro-batch they are
+# given (as verl does), so their gradient depends on the micro-batch size by design.
+_LAYOUT_FREE_LOSSES = [m for m in POLICY_LOSS_MODES if m not in ("clip_cov", "kl_cov")]
+
+
+@pytest.mark.parametrize("loss_mode", _LAYOUT_FREE_LOSSES)
+def test_each_policy_loss_gradient_does_not_depend_on_micro_batch_size(loss_mode):
+    base = _model()
+    batch = _batch(with_old=True)
+    # seq-mean-token-sum: gspo, sapo and geo_mean override it with their own sequence means.
+    reference_grads, reference_metrics = _grads_after_update(
+        copy.deepcopy(base), batch, micro=N, mode="seq-mean-token-sum", loss_mode=loss_mode)
+    assert any(g.abs().sum() > 0 for g in reference_grads)
+    for micro in (1, 4):
+        grads, metrics = _grads_after_update(copy.deepcopy(base), batch, micro=micro,
+                                             mode="seq-mean-token-sum", loss_mode=loss_mode)
+        for g, ref in zip(grads, reference_grads):
+            torch.testing.assert_close(g, ref, rtol=1e-4, atol=1e-6)
+        for key in ("actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/grad_norm"):
             assert metrics[key] == pytest.approx(reference_metrics[key], rel=1e-4, abs=1e-7), key
 
 

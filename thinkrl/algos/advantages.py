@@ -2,6 +2,13 @@
 
 Shape legend: N responses = B prompts x G samples, T response tokens.
 
+Every estimator is a pure function ``(token_level_rewards [N, T],
+response_mask [N, T], group_ids [N], *, settings) -> advantages [N, T]``,
+registered under its verl name (``algorithm.adv_estimator``). Its settings
+are bound once when the run is built (``build_advantage_estimator``), so the
+trainer calls every estimator the same way. The formulas follow verl's
+``core_algos.py``; each docstring names the paper.
+
 GRPO (Shao et al. 2024, "DeepSeekMath") scores each response by its total
 reward and compares it with the other responses to the same prompt: the
 advantage is the score minus the group mean, divided by the group std
@@ -12,12 +19,32 @@ hard prompts). One advantage is shared by every token of a response.
 
 from __future__ import annotations
 
-from typing import Callable
+import functools
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
 
-__all__ = ["ADVANTAGE_ESTIMATORS", "get_advantage_estimator", "grpo_outcome_advantage"]
+from thinkrl.config.schema import AlgorithmConfig
+
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "AdvantageFn",
+    "build_advantage_estimator",
+    "get_advantage_estimator",
+    "gpg_outcome_advantage",
+    "grpo_outcome_advantage",
+    "grpo_passk_outcome_advantage",
+    "masked_whiten",
+    "opo_outcome_advantage",
+    "reinforce_plus_plus_advantage",
+    "reinforce_plus_plus_baseline_advantage",
+    "remax_outcome_advantage",
+    "rloo_outcome_advantage",
+]
+
+AdvantageFn = Callable[[Tensor, Tensor, Tensor], Tensor]
+"""A bound estimator: (token_level_rewards [N, T], response_mask [N, T], group_ids [N]) -> [N, T]."""
 
 
 @torch.no_grad()
@@ -79,13 +106,207 @@ def grpo_outcome_advantage(
     return adv.unsqueeze(-1) * mask  # [N, T]
 
 
+def _groups(group_ids: Tensor) -> tuple[Tensor, int]:
+    """(index [N] in 0..num_groups-1, num_groups) for arbitrary integer ids."""
+    _, index = torch.unique(group_ids, return_inverse=True)
+    return index, (int(index.max().item()) + 1 if index.numel() else 0)
+
+
+def _group_sum(values: Tensor, index: Tensor, num_groups: int) -> Tensor:
+    """Per-group sums of ``values`` [N] -> [num_groups]."""
+    return torch.zeros(num_groups, dtype=values.dtype, device=values.device).index_add_(0, index, values)
+
+
+def _scores_and_groups(token_level_rewards: Tensor, group_ids: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(scores [N], group index [N], group size per response [N])."""
+    scores = token_level_rewards.float().sum(dim=-1)
+    index, num_groups = _groups(group_ids)
+    counts = _group_sum(torch.ones_like(scores), index, num_groups)
+    return scores, index, counts[index]
+
+
+def _group_mean(scores: Tensor, index: Tensor, sizes: Tensor) -> Tensor:
+    """Mean score of each response's group [N]; 0 for a group of one (verl's convention)."""
+    sums = _group_sum(scores, index, int(index.max().item()) + 1)[index]
+    return torch.where(sizes > 1, sums / sizes, torch.zeros_like(scores))
+
+
+def masked_whiten(values: Tensor, mask: Tensor) -> Tensor:
+    """(x - mu) / sqrt(var + 1e-8) over the masked entries of the whole batch.
+
+        mu  = sum(x m) / (sum m + 1e-8)
+        var = sum((x - mu)^2 m) / (sum m + 1e-8) * M / (M - 1),   M = sum m  (Bessel)
+
+    Args: values, mask [N, T]. Returns [N, T] (padding entries are not zeroed here).
+    """
+    mask = mask.float()
+    count = mask.sum()
+    if count < 2:
+        raise ValueError(f"whitening needs at least 2 response tokens in the batch, got {int(count)}; "
+                         "use a larger data.train_batch_size or rollout.n")
+    mean = (values * mask).sum() / (count + 1e-8)
+    var = ((values - mean) ** 2 * mask).sum() / (count + 1e-8) * count / (count - 1)
+    return (values - mean) * torch.rsqrt(var + 1e-8)
+
+
+@torch.no_grad()
+def rloo_outcome_advantage(token_level_rewards: Tensor, response_mask: Tensor, group_ids: Tensor) -> Tensor:
+    """RLOO: each response against the mean of the OTHER responses to its prompt.
+
+        A_i = s_i - (sum_{j in g, j != i} s_j) / (n_g - 1) = (n_g s_i - sum_g s) / (n_g - 1)
+
+    A group of one keeps its own score (verl). Ahmadian et al. 2024, "Back to Basics:
+    Revisiting REINFORCE Style Optimization for Learning from Human Feedback in LLMs"
+    (arXiv:2402.14740). Shapes: rewards, mask [N, T]; group_ids [N]; returns [N, T].
+    """
+    scores, index, sizes = _scores_and_groups(token_level_rewards, group_ids)
+    sums = _group_sum(scores, index, int(index.max().item()) + 1)[index]
+    adv = torch.where(sizes > 1, (sizes * scores - sums) / (sizes - 1).clamp(min=1), scores)
+    return adv.unsqueeze(-1) * response_mask.float()
+
+
+@torch.no_grad()
+def reinforce_plus_plus_advantage(token_level_rewards: Tensor, response_mask: Tensor, group_ids: Tensor,
+                                  *, gamma: float) -> Tensor:
+    """REINFORCE++: discounted return-to-go, whitened over every token of the batch.
+
+        G_{i,t} = r_{i,t} + gamma * G_{i,t+1}   (the sum restarts after the last response token)
+        A = masked_whiten(G, mask) * mask
+
+    No per-prompt baseline: ``group_ids`` is unused. Hu et al. 2025, "REINFORCE++"
+    (arXiv:2501.03262). Shapes: rewards, mask [N, T]; returns [N, T].
+    """
+    rewards, mask = token_level_rewards.float(), response_mask.float()
+    returns = torch.zeros_like(rewards)
+    running = torch.zeros(rewards.shape[0], device=rewards.device)
+    for t in reversed(range(rewards.shape[1])):
+        running = rewards[:, t] + gamma * running
+        returns[:, t] = running
+        running = running * mask[:, t]  # padding after EOS carries nothing back
+    return masked_whiten(returns, mask) * mask
+
+
+@torch.no_grad()
+def reinforce_plus_plus_baseline_advantage(token_level_rewards: Tensor, response_mask: Tensor,
+                                           group_ids: Tensor) -> Tensor:
+    """REINFORCE++-baseline: the group mean as baseline, then batch whitening.
+
+        A_i = s_i - mean_{j in g} s_j            (0 baseline for a group of one)
+        A   = masked_whiten(A_i broadcast over tokens, mask) * mask
+
+    The whitening statistics weigh each response by its token count (verl).
+    Hu et al. 2025, "REINFORCE++" (arXiv:2501.03262). Shapes: [N, T], [N, T], [N] -> [N, T].
+    """
+    scores, index, sizes = _scores_and_groups(token_level_rewards, group_ids)
+    mask = response_mask.float()
+    centred = (scores - _group_mean(scores, index, sizes)).unsqueeze(-1) * mask
+    return masked_whiten(centred, mask) * mask
+
+
+@torch.no_grad()
+def opo_outcome_advantage(token_level_rewards: Tensor, response_mask: Tensor, group_ids: Tensor) -> Tensor:
+    """OPO: the length-weighted group mean as baseline (optimal for on-policy REINFORCE).
+
+        b_g = sum_{j in g} |y_j| s_j / sum_{j in g} |y_j|,   A_i = s_i - b_g   (b = 0 for a group of one)
+
+    Hao et al. 2025, "On-Policy RL with Optimal Reward Baseline" (arXiv:2505.23585).
+    Shapes: [N, T], [N, T], [N] -> [N, T].
+    """
+    scores, index, sizes = _scores_and_groups(token_level_rewards, group_ids)
+    mask = response_mask.float()
+    lengths = mask.sum(dim=-1)
+    num_groups = int(index.max().item()) + 1
+    weighted = _group_sum(lengths * scores, index, num_groups)[index]
+    total = _group_sum(lengths, index, num_groups)[index]
+    baseline = torch.where(sizes > 1, weighted / total.clamp(min=1e-8), torch.zeros_like(scores))
+    return (scores - baseline).unsqueeze(-1) * mask
+
+
+@torch.no_grad()
+def grpo_passk_outcome_advantage(token_level_rewards: Tensor, response_mask: Tensor, group_ids: Tensor,
+                                 *, norm_adv_by_std_in_grpo: bool, epsilon: float = 1e-6) -> Tensor:
+    """Pass@k GRPO: only the best response of each group learns, by its lead over the second.
+
+        A_{argmax_g} = (s_max - s_second) / (std_g + epsilon)   (no division without norm_adv_by_std_in_grpo)
+        A_i = 0 for every other response; std_g is unbiased (torch.std). Ties go to torch.topk's pick.
+
+    Every group needs two responses at least. Paper: arXiv:2503.19595, as verl cites it
+    for its ``grpo_passk`` estimator.
+    Shapes: [N, T], [N, T], [N] -> [N, T].
+    """
+    scores = token_level_rewards.float().sum(dim=-1)
+    adv = torch.zeros_like(scores)
+    for group in torch.unique(group_ids):
+        rows = (group_ids == group).nonzero(as_tuple=True)[0]
+        if rows.numel() < 2:
+            raise ValueError(f"grpo_passk needs at least 2 responses per prompt, group {int(group)} has "
+                             f"{rows.numel()}; set actor_rollout_ref.rollout.n>=2")
+        group_scores = scores[rows]
+        top, top_index = torch.topk(group_scores, 2)
+        lead = top[0] - top[1]
+        if norm_adv_by_std_in_grpo:
+            lead = lead / (group_scores.std() + epsilon)
+        adv[rows[top_index[0]]] = lead
+    return adv.unsqueeze(-1) * response_mask.float()
+
+
+@torch.no_grad()
+def gpg_outcome_advantage(token_level_rewards: Tensor, response_mask: Tensor, group_ids: Tensor,
+                          *, f_norm: float = 1.0) -> Tensor:
+    """GPG: group-centred scores, scaled up by the share of responses with a non-zero score.
+
+        alpha = N / max(#{i : s_i != 0}, 1)
+        A_i   = alpha * (s_i - mean_g s) / f_norm        (mean 0 for a group of one)
+
+    Chu et al. 2025, "GPG: A Simple and Strong Reinforcement Learning Baseline for
+    Model Reasoning" (arXiv:2504.02546). Shapes: [N, T], [N, T], [N] -> [N, T].
+    """
+    scores, index, sizes = _scores_and_groups(token_level_rewards, group_ids)
+    alpha = scores.numel() / max(int(torch.count_nonzero(scores).item()), 1)
+    adv = alpha * (scores - _group_mean(scores, index, sizes)) / f_norm
+    return adv.unsqueeze(-1) * response_mask.float()
+
+
+@torch.no_grad()
+def remax_outcome_advantage(token_level_rewards: Tensor, response_mask: Tensor, group_ids: Tensor,
+                            *, reward_baselines: Tensor) -> Tensor:
+    """ReMax: REINFORCE with the score of the prompt's greedy response as baseline.
+
+        G_{i,t} = sum_{t' >= t} r_{i,t'} m_{i,t'}     (return-to-go, undiscounted)
+        A_{i,t} = (G_{i,t} - b_i) m_{i,t}
+
+    ``reward_baselines`` [N] is step data, not a setting: the trainer's greedy-baseline
+    stage scores one greedy response per prompt and binds it per step. ``group_ids`` is
+    unused. Li et al. 2024, "ReMax: A Simple, Effective, and Efficient Reinforcement
+    Learning Method for Aligning Large Language Models" (arXiv:2310.10505).
+    Shapes: [N, T], [N, T], [N], [N] -> [N, T].
+    """
+    mask = response_mask.float()
+    returns = (token_level_rewards.float() * mask).flip(-1).cumsum(-1).flip(-1)
+    return returns - reward_baselines.float().unsqueeze(-1) * mask
+
+
 ADVANTAGE_ESTIMATORS: dict[str, Callable[..., Tensor]] = {
     "grpo": grpo_outcome_advantage,
+    "rloo": rloo_outcome_advantage,
+    "reinforce_plus_plus": reinforce_plus_plus_advantage,
+    "reinforce_plus_plus_baseline": reinforce_plus_plus_baseline_advantage,
+    "opo": opo_outcome_advantage,
+    "grpo_passk": grpo_passk_outcome_advantage,
+    "gpg": gpg_outcome_advantage,
+    "remax": remax_outcome_advantage,
+}
+
+# The config settings each estimator takes, read once when the run is built.
+_SETTINGS: dict[str, Callable[[AlgorithmConfig], dict[str, Any]]] = {
+    "grpo": lambda c: {"norm_adv_by_std_in_grpo": c.norm_adv_by_std_in_grpo},
+    "grpo_passk": lambda c: {"norm_adv_by_std_in_grpo": c.norm_adv_by_std_in_grpo},
+    "reinforce_plus_plus": lambda c: {"gamma": c.gamma},
 }
 
 
 def get_advantage_estimator(name: str) -> Callable[..., Tensor]:
-    """Return the advantage estimator registered under ``name``."""
+    """Return the advantage estimator registered under ``name`` (unbound)."""
     try:
         return ADVANTAGE_ESTIMATORS[name]
     except KeyError:
@@ -93,3 +314,11 @@ def get_advantage_estimator(name: str) -> Callable[..., Tensor]:
         raise ValueError(
             f"Unknown advantage estimator {name!r}; set the advantage estimator to one of: {known}."
         ) from None
+
+
+def build_advantage_estimator(cfg: AlgorithmConfig) -> AdvantageFn:
+    """``algorithm.adv_estimator`` with its settings bound: call it as
+    ``fn(token_level_rewards, response_mask, group_ids)``."""
+    fn = get_advantage_estimator(cfg.adv_estimator)
+    settings = _SETTINGS.get(cfg.adv_estimator, lambda _: {})(cfg)
+    return functools.partial(fn, **settings)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from thinkrl.config.schema import Config
+from thinkrl.config.schema import ADV_ESTIMATORS, POLICY_LOSS_MODES, Config
 from thinkrl.config.verifier_checks import reward_verifier_problems
 from thinkrl.data.templates import TEMPLATES
 from thinkrl.loggers import logger_problems
@@ -30,7 +30,8 @@ REWARD_SCORERS = ("auto", "gsm8k", "math", "r1", "exact")
 
 _ARR = "actor_rollout_ref"
 _CHOICES: dict[str, tuple[str, ...]] = {
-    "algorithm.adv_estimator": ("grpo",),
+    "algorithm.adv_estimator": ADV_ESTIMATORS,
+    f"{_ARR}.actor.policy_loss.loss_mode": POLICY_LOSS_MODES,
     "algorithm.kl_penalty": KL_ESTIMATORS,
     "algorithm.kl_ctrl.type": ("fixed", "adaptive"),
     f"{_ARR}.actor.loss_agg_mode": LOSS_AGG_MODES,
@@ -60,11 +61,12 @@ _POSITIVE_IF_SET = (
     f"{_ARR}.ref.log_prob_micro_batch_size", f"{_ARR}.ref.log_prob_micro_batch_size_per_gpu",
     f"{_ARR}.rollout.prompt_length", f"{_ARR}.rollout.response_length", f"{_ARR}.rollout.max_model_len",
     "data.val_batch_size", "trainer.total_training_steps", "trainer.max_actor_ckpt_to_keep",
+    "data.gen_batch_size",
 )
 # key -> (is the value accepted, what to do otherwise)
 _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     f"{_ARR}.actor.clip_ratio": (lambda v: 0 < v < 1, "use a value in (0, 1), e.g. 0.2"),
-    f"{_ARR}.actor.clip_ratio_low": (lambda v: v is None or 0 < v < 1, "use a value in (0, 1), e.g. 0.2, or null"),
+    f"{_ARR}.actor.clip_ratio_low": (lambda v: v is None or v > 0, "use a value in (0, 1), e.g. 0.2, or null"),
     f"{_ARR}.actor.clip_ratio_high": (lambda v: v is None or v > 0, "use a value > 0, e.g. 0.28, or null"),
     f"{_ARR}.actor.clip_ratio_c": (lambda v: v > 1, "dual-clip needs a bound > 1, e.g. 3.0"),
     f"{_ARR}.actor.grad_clip": (lambda v: v > 0, "use a norm > 0, e.g. 1.0"),
@@ -86,6 +88,12 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     f"{_ARR}.rollout.val_kwargs.top_k": (lambda v: v == -1 or v >= 1, "use -1 (keep all tokens) or a count >= 1"),
     f"{_ARR}.rollout.gpu_memory_utilization": (lambda v: 0 < v <= 1, "use a fraction in (0, 1], e.g. 0.5"),
     "algorithm.kl_ctrl.kl_coef": (lambda v: v >= 0, "use a coefficient >= 0, e.g. 0.001"),
+    f"{_ARR}.actor.tau_pos": (lambda v: v > 0, "SAPO's gate temperature must be > 0, e.g. 1.0"),
+    f"{_ARR}.actor.tau_neg": (lambda v: v > 0, "SAPO's gate temperature must be > 0, e.g. 1.05"),
+    f"{_ARR}.actor.policy_loss.clip_cov_ratio": (lambda v: 0 < v <= 1, "use a fraction in (0, 1], e.g. 0.0002"),
+    f"{_ARR}.actor.policy_loss.kl_cov_ratio": (lambda v: 0 < v <= 1, "use a fraction in (0, 1], e.g. 0.0002"),
+    f"{_ARR}.actor.policy_loss.ppo_kl_coef": (lambda v: v >= 0, "use a weight >= 0, e.g. 0.1"),
+    "reward_model.overlong_buffer.penalty_factor": (lambda v: v >= 0, "use a penalty >= 0, e.g. 1.0"),
     "trainer.log_val_generations": (lambda v: v >= 0, "use a count >= 0"),
     "reward.timeout_s": (lambda v: 0 < v < float("inf"), "use seconds per response > 0, e.g. 10"),
     "trainer.ray_wait_timeout_s": (lambda v: 0 < v < float("inf"), "use seconds > 0, e.g. 1800"),
@@ -243,6 +251,7 @@ def _check_combinations(cfg: Config, bad: Callable[[str, str], None], problems: 
             "ignored; remove one of them")
     problems.extend(f"  - {problem}" for problem in
                     reward_verifier_problems(cfg.reward, cfg.custom_reward_function.path))
+    _check_algorithm(cfg, bad)
     world = cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes
     if cfg.trainer.backend == "local" and world > 1:
         bad("trainer.backend", f"the local backend drives one device, but trainer.n_gpus_per_node x "
@@ -259,6 +268,45 @@ def execution_backend(cfg: Config) -> str:
     if cfg.trainer.backend != "auto":
         return cfg.trainer.backend
     return "ray" if cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes > 1 else "local"
+
+
+# Estimators that compare the responses to one prompt need two of them at least.
+_GROUP_ESTIMATORS = ("grpo", "rloo", "opo", "grpo_passk", "gpg", "reinforce_plus_plus_baseline")
+
+
+def _check_algorithm(cfg: Config, bad: Callable[[str, str], None]) -> None:
+    """Settings of the advantage estimators, policy losses and DAPO switches."""
+    algo, arr = cfg.algorithm, cfg.actor_rollout_ref
+    if algo.adv_estimator in _GROUP_ESTIMATORS[1:] and arr.rollout.n == 1:
+        bad(f"{_ARR}.rollout.n", f"{algo.adv_estimator} compares the responses to one prompt, so it needs "
+            "actor_rollout_ref.rollout.n>=2 (e.g. 4)")
+    loss = arr.actor.policy_loss
+    low = arr.actor.clip_ratio_low
+    if low is not None and low >= 1 and loss.loss_mode != "cispo":
+        bad(f"{_ARR}.actor.clip_ratio_low", "use a value in (0, 1), e.g. 0.2, or null (only "
+            "policy_loss.loss_mode=cispo takes >= 1, meaning no lower bound on its weight)")
+    if loss.clip_cov_lb >= loss.clip_cov_ub:
+        bad(f"{_ARR}.actor.policy_loss.clip_cov_lb",
+            f"must be below policy_loss.clip_cov_ub={loss.clip_cov_ub} (verl: 1.0 and 5.0)")
+    groups = algo.filter_groups
+    if groups.enable and not groups.metric:
+        bad("algorithm.filter_groups.metric", "dynamic sampling needs the value whose constant groups are "
+            "dropped: set algorithm.filter_groups.metric=acc (or score, seq_reward, seq_final_reward)")
+    if groups.enable and arr.rollout.n == 1:
+        bad(f"{_ARR}.rollout.n", "a group of one response is never constant, so dynamic sampling would "
+            "drop nothing; set rollout.n>=2 or algorithm.filter_groups.enable=False")
+    if groups.enable and groups.metric == "seq_final_reward" and algo.use_kl_in_reward:
+        bad("algorithm.filter_groups.metric", "groups are filtered before the KL-in-reward penalty is "
+            "computed here; use seq_reward, or algorithm.use_kl_in_reward=False")
+    gen = cfg.data.gen_batch_size
+    if gen is not None and not groups.enable and gen != cfg.data.train_batch_size:
+        bad("data.gen_batch_size", "it sizes the generation batches of dynamic sampling only; set "
+            "algorithm.filter_groups.enable=True or remove data.gen_batch_size")
+    buffer = cfg.reward_model.overlong_buffer
+    length = arr.rollout.response_length or cfg.data.max_response_length
+    if buffer.enable and not 0 < buffer.len <= length:
+        bad("reward_model.overlong_buffer.len", f"the penalty ramps over the last `len` tokens of the "
+            f"{length}-token response limit; use 0 < len <= {length} (DAPO: a fifth of it)")
 
 
 def _check_divisibility(cfg: Config, problems: list[str]) -> None:
@@ -399,7 +447,28 @@ def inactive_settings(cfg: Config) -> list[str]:
          "a verl-specific option that thinkrl does not implement")
     note((f"{_ARR}.actor.ppo_max_token_len_per_gpu", f"{rollout}.log_prob_max_token_len_per_gpu",
           f"{_ARR}.ref.log_prob_max_token_len_per_gpu"), "it is used only with dynamic batch sizes")
-    note(("trainer.critic_warmup", "algorithm.gamma", "algorithm.lam"), "GRPO has no critic and scores whole responses")
+    note(("trainer.critic_warmup", "algorithm.lam"), "GRPO has no critic and scores whole responses")
+    if cfg.algorithm.adv_estimator != "reinforce_plus_plus":
+        note(("algorithm.gamma",), "only reinforce_plus_plus discounts rewards (no critic here)")
+    if cfg.algorithm.adv_estimator not in ("grpo", "grpo_passk"):
+        note(("algorithm.norm_adv_by_std_in_grpo",), "only grpo and grpo_passk divide by the group std")
+    loss = cfg.actor_rollout_ref.actor.policy_loss.loss_mode
+    if loss != "clip_cov":
+        note(tuple(f"{_ARR}.actor.policy_loss.clip_cov_{k}" for k in ("ratio", "lb", "ub")),
+             "policy_loss.loss_mode is not clip_cov")
+    if loss != "kl_cov":
+        note((f"{_ARR}.actor.policy_loss.kl_cov_ratio", f"{_ARR}.actor.policy_loss.ppo_kl_coef"),
+             "policy_loss.loss_mode is not kl_cov")
+    if loss != "sapo":
+        note((f"{_ARR}.actor.tau_pos", f"{_ARR}.actor.tau_neg"), "policy_loss.loss_mode is not sapo")
+    if loss in ("gspo", "sapo", "geo_mean"):
+        note((f"{_ARR}.actor.loss_agg_mode",), f"{loss} fixes its own aggregation (see its docstring)")
+    if not cfg.algorithm.filter_groups.enable:
+        note(("algorithm.filter_groups.metric", "algorithm.filter_groups.max_num_gen_batches"),
+             "algorithm.filter_groups.enable is False")
+    if not cfg.reward_model.overlong_buffer.enable:
+        note(tuple(f"reward_model.overlong_buffer.{k}" for k in ("len", "penalty_factor", "log")),
+             "reward_model.overlong_buffer.enable is False")
     if not cfg.actor_rollout_ref.actor.use_kl_loss:
         note((f"{_ARR}.actor.kl_loss_coef", f"{_ARR}.actor.kl_loss_type"), "actor.use_kl_loss is False")
     if not cfg.algorithm.use_kl_in_reward:

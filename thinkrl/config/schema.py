@@ -13,6 +13,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+ADV_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "opo",
+                  "grpo_passk", "gpg", "remax")
+"""``algorithm.adv_estimator`` choices; ``thinkrl.algos.advantages`` registers one function per name."""
+POLICY_LOSS_MODES = ("vanilla", "gspo", "sapo", "gpg", "clip_cov", "kl_cov", "geo_mean", "cispo")
+"""``actor.policy_loss.loss_mode`` choices; ``thinkrl.algos.policy_losses`` registers one function per name."""
+FILTER_GROUPS_METRICS = ("acc", "score", "seq_reward", "seq_final_reward")
+"""``algorithm.filter_groups.metric`` names with a fixed meaning; any other name is a part the
+reward function reports beside its score (e.g. r1's "accuracy")."""
+
+
 @dataclass
 class OptimConfig:
     """Actor optimizer (AdamW) and learning-rate schedule."""
@@ -96,6 +106,24 @@ class ModelConfig:
 
 
 @dataclass
+class PolicyLossConfig:
+    """Which policy loss the actor minimises, and the settings of the covariance-based ones."""
+    loss_mode: str = "vanilla"
+    """One of ``POLICY_LOSS_MODES``: vanilla (PPO clip + dual clip), gspo, sapo, gpg, clip_cov, kl_cov,
+    geo_mean (GMPO), cispo. See the README's algorithm table."""
+    clip_cov_ratio: float = 0.0002
+    """clip_cov: fraction of response tokens whose gradient is dropped."""
+    clip_cov_lb: float = 1.0
+    """clip_cov: lower bound of the covariance of the tokens that may be dropped."""
+    clip_cov_ub: float = 5.0
+    """clip_cov: upper bound of the covariance of the tokens that may be dropped."""
+    kl_cov_ratio: float = 0.0002
+    """kl_cov: fraction of response tokens (largest covariance) that get the |log-ratio| penalty."""
+    ppo_kl_coef: float = 0.1
+    """kl_cov: weight of that penalty."""
+
+
+@dataclass
 class ActorConfig:
     """The policy update: batching, clipped loss, KL and entropy terms."""
     strategy: str = "fsdp"
@@ -142,6 +170,12 @@ class ActorConfig:
     """Optimizer and schedule."""
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     """Sharding of the actor."""
+    policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
+    """The policy loss (``policy_loss.loss_mode``) and its settings."""
+    tau_pos: float = 1.0
+    """SAPO: temperature of the soft gate for tokens with a positive advantage."""
+    tau_neg: float = 1.05
+    """SAPO: temperature of the soft gate for tokens with a zero or negative advantage."""
 
 
 @dataclass
@@ -319,6 +353,9 @@ class DataConfig:
     or "raw" (the prompt text as is, after BOS when the tokenizer adds one: base models)."""
     val_template: str | None = None
     """thinkrl: the template of the validation set; None uses ``data.template``."""
+    gen_batch_size: int | None = None
+    """PROMPTS per generation batch of DAPO's dynamic sampling (``algorithm.filter_groups``);
+    None uses ``train_batch_size``. Used only when ``algorithm.filter_groups.enable``."""
 
 
 @dataclass
@@ -335,10 +372,23 @@ class KLControlConfig:
 
 
 @dataclass
+class FilterGroupsConfig:
+    """DAPO's dynamic sampling: drop groups whose responses all score the same."""
+    enable: bool = False
+    """Drop groups whose ``metric`` is constant and generate more until
+    ``data.train_batch_size`` groups remain."""
+    metric: str | None = None
+    """Per-response value compared within a group: acc, score, seq_reward (score with the
+    overlong penalty), seq_final_reward (after the KL penalty), or a part the reward reports."""
+    max_num_gen_batches: int = 0
+    """Stop with an error after this many generation batches in one step; <= 0: no limit."""
+
+
+@dataclass
 class AlgorithmConfig:
     """Advantage estimation and KL-in-reward."""
     adv_estimator: str = "grpo"
-    """Advantage estimator (only "grpo" is implemented)."""
+    """Advantage estimator, one of ``ADV_ESTIMATORS`` (see the README's algorithm table)."""
     gamma: float = 1.0
     """Discount factor (GRPO scores whole responses; kept for verl)."""
     lam: float = 1.0
@@ -351,6 +401,8 @@ class AlgorithmConfig:
     """KL estimator for the in-reward penalty: kl/k1, abs, mse/k2, low_var_kl/k3."""
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
     """KL coefficient controller."""
+    filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
+    """DAPO's dynamic sampling."""
 
 
 @dataclass
@@ -436,6 +488,19 @@ class CustomRewardFunctionConfig:
 
 
 @dataclass
+class OverlongBufferConfig:
+    """DAPO's soft overlong penalty (verl's DAPO recipe keys)."""
+    enable: bool = False
+    """Penalise responses longer than ``data.max_response_length - len``."""
+    len: int = 0
+    """Buffer length in tokens: the penalty grows linearly over its last ``len`` tokens."""
+    penalty_factor: float = 0.0
+    """Penalty at the full ``data.max_response_length``."""
+    log: bool = False
+    """Log ``reward/overlong_reward/mean`` and ``reward/overlong/mean`` (share penalised)."""
+
+
+@dataclass
 class RewardModelConfig:
     """Model-based reward (not implemented) and the reward manager."""
     enable: bool = False
@@ -444,6 +509,8 @@ class RewardModelConfig:
     """How reward functions are applied to a batch."""
     launch_reward_fn_async: bool = False
     """verl: compute rewards concurrently with the old-log-prob pass."""
+    overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
+    """DAPO's soft overlong penalty, added to each response's score."""
 
 
 @dataclass

@@ -22,7 +22,8 @@ import torch
 from torch import Tensor
 
 from thinkrl.algos.kl import get_kl_estimator
-from thinkrl.algos.losses import LossScale, agg_loss, masked_share, ppo_clip_policy_loss
+from thinkrl.algos.losses import LossScale, agg_loss, masked_share
+from thinkrl.algos.policy_losses import build_policy_loss
 from thinkrl.checkpoint.sharded import ACTOR_DIR, OPTIMIZER_FILE, load_actor_state
 from thinkrl.config.schema import ActorConfig, OptimConfig
 from thinkrl.models.forward import batched_response_logprobs, response_logprobs
@@ -72,6 +73,7 @@ class ActorWorker:
             betas=tuple(cfg.optim.betas), eps=cfg.optim.eps, weight_decay=cfg.optim.weight_decay)
         self.scheduler = make_lr_schedule(self.optimizer, cfg.optim, total_steps=total_steps)
         self.kl_estimator = get_kl_estimator(cfg.kl_loss_type) if cfg.use_kl_loss else None
+        self.policy_loss = build_policy_loss(cfg)  # policy_loss.loss_mode, settings bound
         self.shuffle_generator = torch.Generator().manual_seed(seed)
         self.model.train()
 
@@ -177,11 +179,7 @@ class ActorWorker:
         # Exactly on-policy (one pass, one mini-batch): pi_old is this very
         # forward, so the ratio is 1 and only its gradient matters.
         old = logprob.detach() if micro.old_logprobs is None else micro.old_logprobs.to(dev)
-        pg_loss, metrics = ppo_clip_policy_loss(
-            logprob, old, micro.advantages.to(dev), mask,
-            clip_ratio_low=_or(cfg.clip_ratio_low, cfg.clip_ratio),
-            clip_ratio_high=_or(cfg.clip_ratio_high, cfg.clip_ratio),
-            clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode, scale=scale)
+        pg_loss, metrics = self.policy_loss(logprob, old, micro.advantages.to(dev), mask, scale=scale)
         loss = pg_loss
         metrics["actor/entropy"] = masked_share(entropy, mask, scale)
         if cfg.entropy_coeff != 0:
@@ -198,6 +196,3 @@ class ActorWorker:
                 "check the rewards for inf/NaN, or use a float32/bfloat16 model dtype.")
         return loss, metrics
 
-
-def _or(value: float | None, default: float) -> float:
-    return default if value is None else value

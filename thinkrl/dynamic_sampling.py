@@ -1,0 +1,191 @@
+"""The generate-and-score stage of a step, with DAPO's dynamic sampling.
+
+Plain runs generate one batch of ``data.train_batch_size`` prompts and score
+it. With ``algorithm.filter_groups.enable`` (DAPO, arXiv:2503.14476), each
+generation batch has ``data.gen_batch_size`` prompts; groups whose
+``filter_groups.metric`` is the same for every response are dropped, and
+batches are generated until ``data.train_batch_size`` mixed groups remain
+(the first ones are kept, as verl does), or ``max_num_gen_batches`` is spent.
+Scores carry DAPO's soft overlong penalty when ``reward_model.overlong_buffer``
+is on. With ``algorithm.adv_estimator=remax`` each generation batch also gets
+one greedy response per prompt, whose score is ReMax's baseline
+(``timing_s/gen_max``, as verl names it).
+
+Shapes: B prompts, G responses per prompt, N = B*G, P prompt tokens
+(left-padded), R response tokens (right-padded).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from thinkrl.algos.dapo import mixed_groups, overlong_penalty
+from thinkrl.config import Config
+from thinkrl.metrics import StageTimer
+from thinkrl.records import PromptBatch, Rollouts
+from thinkrl.rewards.scorer import ScoreResult
+from thinkrl.rewards.scoring import decode_responses
+
+if TYPE_CHECKING:
+    from thinkrl.build import Run
+
+__all__ = ["ScoredRollouts", "generate_and_score", "generation_batch_size"]
+
+
+@dataclass(slots=True)
+class ScoredRollouts:
+    rollouts: Rollouts
+    texts: list[str]  # [N] decoded responses
+    scored: ScoreResult  # scores [N] include the overlong penalty
+    raw_scores: Tensor  # [N] the reward function's scores, before the overlong penalty
+    metrics: dict[str, float]  # train/num_gen_batches etc. under dynamic sampling
+    reward_baselines: Tensor | None = None  # [N] ReMax: score of the prompt's greedy response
+
+
+def generation_batch_size(cfg: Config) -> int:
+    """Prompts the loader serves per generation batch."""
+    if cfg.algorithm.filter_groups.enable and cfg.data.gen_batch_size:
+        return cfg.data.gen_batch_size
+    return cfg.data.train_batch_size
+
+
+def generate_and_score(run: Run, timer: StageTimer) -> ScoredRollouts:
+    """This step's scored responses: one batch, or as many as dynamic sampling needs."""
+    groups_cfg = run.cfg.algorithm.filter_groups
+    if not groups_cfg.enable:
+        return _one_batch(run, timer)
+    wanted = run.cfg.data.train_batch_size
+    kept: list[ScoredRollouts] = []
+    num_kept = num_generated = batches = 0
+    while num_kept < wanted:
+        limit = groups_cfg.max_num_gen_batches
+        if 0 < limit <= batches:
+            raise RuntimeError(
+                f"dynamic sampling: {batches} generation batches gave {num_kept} prompts whose "
+                f"responses differ in {groups_cfg.metric!r}, fewer than data.train_batch_size={wanted}. "
+                "The prompts are too easy or too hard for the model; raise "
+                "algorithm.filter_groups.max_num_gen_batches (0: no limit) or data.gen_batch_size, "
+                "or use other data")
+        part = _one_batch(run, timer)
+        batches += 1
+        values = filter_values(part, groups_cfg.metric)
+        keep = mixed_groups(values, part.rollouts.group_ids)
+        num_generated += int(part.rollouts.group_ids.unique().numel())
+        num_kept += int(part.rollouts.group_ids[keep].unique().numel())
+        kept.append(_select(part, keep.nonzero(as_tuple=True)[0]))
+    merged = _concat(kept, pad_token_id=run.tokenizer.pad_token_id)
+    # _concat numbers groups 0, 1, ... in the order they were generated: keep the first ones.
+    result = _select(merged, (merged.rollouts.group_ids < wanted).nonzero(as_tuple=True)[0])
+    result.metrics = {"train/num_gen_batches": float(batches),
+                      "train/num_gen_prompts": float(num_generated),
+                      "train/num_kept_prompts": float(num_kept)}
+    return result
+
+
+def filter_values(part: ScoredRollouts, metric: str) -> Tensor:
+    """[N] per-response value of ``algorithm.filter_groups.metric``:
+    acc (the reward's "acc" part, else its score, as verl's reward managers record it),
+    score (before the overlong penalty), seq_reward and seq_final_reward (the score with
+    it; no KL-in-reward penalty is applied before filtering), or any part the reward reports."""
+    scored = part.scored
+    if metric in ("seq_reward", "seq_final_reward"):
+        return scored.scores
+    if metric in ("acc", "score") and not (scored.parts and all(metric in p for p in scored.parts)):
+        return part.raw_scores
+    missing = sum(metric not in p for p in scored.parts)
+    if missing:
+        reported = sorted({k for p in scored.parts for k in p}) or ["none"]
+        raise ValueError(
+            f"algorithm.filter_groups.metric={metric}: {missing} of {len(scored.parts)} responses have no "
+            f"such value; the reward reports: {', '.join(reported)} (or use acc, score, seq_reward)")
+    return torch.tensor([p[metric] for p in scored.parts], dtype=torch.float32)
+
+
+def _one_batch(run: Run, timer: StageTimer) -> ScoredRollouts:
+    prompts = run.train_loader.next_batch()
+    with timer("gen"):
+        rollouts = run.engine.generate(prompts, run.sampling)
+    with timer("reward"):
+        texts = decode_responses(rollouts, run.tokenizer)
+        scored = run.reward.score(texts, rollouts.samples)
+    raw_scores = scored.scores
+    scored.scores = raw_scores + _penalty(run, rollouts)
+    buffer = run.cfg.reward_model.overlong_buffer
+    if buffer.enable and buffer.log:  # reported as reward/overlong_reward/mean and reward/overlong/mean
+        for parts, p in zip(scored.parts, (scored.scores - raw_scores).tolist()):
+            parts.update(overlong_reward=p, overlong=float(p < 0))
+    baselines = None
+    if run.cfg.algorithm.adv_estimator == "remax":
+        with timer("gen_max"):
+            baselines = greedy_baseline(run, prompts).repeat_interleave(run.sampling.n)
+    return ScoredRollouts(rollouts, texts, scored, raw_scores, {}, baselines)
+
+
+def _penalty(run: Run, rollouts: Rollouts) -> Tensor:
+    """[N] DAPO's overlong penalty, zeros when reward_model.overlong_buffer is off."""
+    buffer = run.cfg.reward_model.overlong_buffer
+    if not buffer.enable:
+        return torch.zeros(len(rollouts))
+    return overlong_penalty(rollouts.response_lengths, max_response_length=run.sizes.response_length,
+                            buffer_len=buffer.len, penalty_factor=buffer.penalty_factor)
+
+
+def greedy_baseline(run: Run, prompts: PromptBatch) -> Tensor:
+    """ReMax's baseline: the score (with any overlong penalty) of one greedy response per prompt. [B]."""
+    greedy = run.engine.generate(prompts, dataclasses.replace(run.sampling, n=1, do_sample=False))
+    scored = run.reward.score(decode_responses(greedy, run.tokenizer), greedy.samples)
+    return scored.scores + _penalty(run, greedy)
+
+
+def _select(part: ScoredRollouts, rows: Tensor) -> ScoredRollouts:
+    r, s, picks = part.rollouts, part.scored, rows.tolist()
+    rollouts = Rollouts(r.prompt_ids[rows], r.prompt_mask[rows], r.response_ids[rows], r.response_mask[rows],
+                        r.rollout_logprobs[rows], [r.finish_reasons[i] for i in picks], r.group_ids[rows],
+                        [r.samples[i] for i in picks])
+    scored = ScoreResult(s.scores[rows], s.errors, s.timeouts, [s.parts[i] for i in picks] if s.parts else [])
+    baselines = None if part.reward_baselines is None else part.reward_baselines[rows]
+    return ScoredRollouts(rollouts, [part.texts[i] for i in picks], scored, part.raw_scores[rows],
+                          dict(part.metrics), baselines)
+
+
+def _concat(parts: list[ScoredRollouts], *, pad_token_id: int) -> ScoredRollouts:
+    """One record of several generation batches: prompts re-padded on the left,
+    responses on the right, group ids renumbered so groups of different batches differ."""
+    width_p = max(p.rollouts.prompt_ids.shape[1] for p in parts)
+    width_r = max(p.rollouts.response_ids.shape[1] for p in parts)
+    fields: dict[str, list[Tensor]] = {k: [] for k in ("pi", "pm", "ri", "rm", "lp", "g")}
+    offset = 0
+    for p in parts:
+        r = p.rollouts
+        fields["pi"].append(_pad(r.prompt_ids, width_p, pad_token_id, left=True))
+        fields["pm"].append(_pad(r.prompt_mask, width_p, 0, left=True))
+        fields["ri"].append(_pad(r.response_ids, width_r, pad_token_id, left=False))
+        fields["rm"].append(_pad(r.response_mask, width_r, 0, left=False))
+        fields["lp"].append(_pad(r.rollout_logprobs, width_r, 0.0, left=False))
+        _, index = torch.unique(r.group_ids, return_inverse=True)
+        fields["g"].append(index + offset)
+        offset += int(index.max().item()) + 1 if index.numel() else 0
+    _, group_ids = torch.unique(torch.cat(fields["g"]), return_inverse=True)  # 0..B-1 again
+    rollouts = Rollouts(torch.cat(fields["pi"]), torch.cat(fields["pm"]), torch.cat(fields["ri"]),
+                        torch.cat(fields["rm"]), torch.cat(fields["lp"]),
+                        [f for p in parts for f in p.rollouts.finish_reasons], group_ids,
+                        [s for p in parts for s in p.rollouts.samples])
+    scored = ScoreResult(torch.cat([p.scored.scores for p in parts]),
+                         sum(p.scored.errors for p in parts), sum(p.scored.timeouts for p in parts),
+                         [x for p in parts for x in p.scored.parts])
+    baselines = None if parts[0].reward_baselines is None else torch.cat([p.reward_baselines for p in parts])
+    return ScoredRollouts(rollouts, [t for p in parts for t in p.texts], scored,
+                          torch.cat([p.raw_scores for p in parts]), {}, baselines)
+
+
+def _pad(t: Tensor, width: int, value: float, *, left: bool) -> Tensor:
+    missing = width - t.shape[1]
+    if missing == 0:
+        return t
+    fill = torch.full((t.shape[0], missing), value, dtype=t.dtype)
+    return torch.cat([fill, t] if left else [t, fill], dim=1)
