@@ -21,8 +21,9 @@ $(BIN)/thinkrl: pyproject.toml $(CONSTRAINTS)
 
 install: $(BIN)/thinkrl
 
+# The tiny recipe, keeping its last step's checkpoint (for thinkrl eval / export).
 demo: install
-	$(BIN)/thinkrl train
+	$(BIN)/thinkrl train --config tiny trainer.save_freq=40
 
 test: install
 	$(BIN)/python -m pytest -q
