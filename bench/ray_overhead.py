@@ -47,7 +47,8 @@ def measure(overrides: list[str], *, warmup: int, steps: int) -> tuple[dict, flo
         for step in range(warmup):
             grpo_step(run, step + 1)
         measured = [grpo_step(run, warmup + i + 1) for i in range(steps)]
-    return summarize(measured), built, run
+    responses = cfg.data.train_batch_size * cfg.actor_rollout_ref.rollout.n
+    return summarize(measured, responses=responses), built, run
 
 
 def round_trip_ms(run, calls: int = 20) -> float:
