@@ -162,7 +162,9 @@ def _assemble(cfg: Config, sizes: DerivedSizes, *, log=print) -> Run:
                         model_path, arr.model.trust_remote_code))),
                     pad_token_id=tokenizer.pad_token_id, tokenizer_size=len(tokenizer),
                     with_reference=arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward)
-    actor, reference, engine, sync, close_workers = build_roles(spec, log=log)
+    roles = build_roles(spec, log=log)
+    actor, reference, engine = roles.actor, roles.reference, roles.engine
+    sync, close_workers = roles.sync, roles.close
     try:  # the workers hold processes (and devices) until closed
         rollout = arr.rollout
         sampling = SamplingParams(n=rollout.n, max_tokens=sizes.response_length,
@@ -206,16 +208,29 @@ def _assemble(cfg: Config, sizes: DerivedSizes, *, log=print) -> Run:
     return run
 
 
-def build_roles(spec: RankSpec, *, log=print):
-    """(actor, reference or None, engine, sync, close): the plain roles of
-    one PolicyRank in this process (local backend), or the driver-side
-    handles of a Ray worker group with one rank per device (ray backend)."""
+@dataclass(frozen=True)
+class Roles:
+    """What the driver calls: the plain roles of one PolicyRank in this
+    process (local backend), or the driver-side handles of a Ray worker
+    group with one rank per device (ray backend)."""
+
+    actor: ActorWorker | ActorHandle
+    reference: ReferenceWorker | ReferenceHandle | None
+    engine: RolloutEngine
+    sync: Callable[[], None]
+    """Waits for the device's queued work (a no-op when Ray calls already waited)."""
+    close: Callable[[], None]
+    """Stops the workers (ray backend)."""
+
+
+def build_roles(spec: RankSpec, *, log=print) -> Roles:
     if execution_backend(spec.cfg) == "local":
         rank = PolicyRank(spec)
-        return rank.actor, rank.reference, rank.engine, synchronizer(rank.device), lambda: None
+        return Roles(rank.actor, rank.reference, rank.engine, synchronizer(rank.device),
+                     close=lambda: None)
     from thinkrl.workers.ray_group import RayWorkerGroup
     group = RayWorkerGroup.start(spec, log=log)
-    return group.actor, group.reference, group.engine, lambda: None, group.close
+    return Roles(group.actor, group.reference, group.engine, sync=lambda: None, close=group.close)
 
 
 def total_training_steps(cfg: Config, *, batches_per_epoch: int) -> int:
