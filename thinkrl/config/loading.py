@@ -250,7 +250,7 @@ def suggest_keys(key: str, limit: int = 4) -> list[str]:
 
 def _did_you_mean(key: str) -> str:
     close = suggest_keys(key)
-    return f"did you mean {' or '.join(close)}?" if close else "see thinkrl/config/schema.py for every key."
+    return f"did you mean {' or '.join(close)}?" if close else "see thinkrl/config/schema.py (and schema_roles.py) for every key."
 
 
 # --- ${a.b.c} interpolation --------------------------------------------------------
