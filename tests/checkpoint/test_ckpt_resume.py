@@ -269,3 +269,15 @@ def test_a_failed_resume_keeps_the_metrics(straight, tiny_model_dir, data_files,
     with pytest.raises(pickle.UnpicklingError):
         train(_config(tiny_model_dir, data_files, run_dir), log=lambda *_: None)
     assert (run_dir / "metrics.jsonl").read_text() == before
+
+
+def test_a_resume_with_a_new_lr_trains_at_the_new_lr(straight, tiny_model_dir, data_files,
+                                                     tmp_path):
+    # The config-differs note says the run continues with the new values: the
+    # learning rate too, not the one saved in the optimizer state.
+    straight_dir, _ = straight
+    run_dir = _copy_checkpoint(straight_dir, 1, tmp_path / "run")
+    _, records, messages = _train(_config(tiny_model_dir, data_files, run_dir,
+                                          "actor_rollout_ref.actor.optim.lr=5e-4"))
+    assert any("config differs" in m and "optim.lr: 0.001 -> 0.0005" in m for m in messages)
+    assert [r["actor/lr"] for r in records if r["step"] > 1] == [5e-4] * (STEPS - 1)

@@ -116,7 +116,7 @@ class ActorWorker:
             for key, value in self._train_mini_batch(mini.batch, mini.scale).items():
                 totals[key] = totals.get(key, 0.0) + value
         result = {key: value / len(minis) for key, value in totals.items()}
-        result["actor/lr"] = self.scheduler.get_last_lr()[0]  # the rate this step used
+        result["actor/lr"] = self.optimizer.param_groups[0]["lr"]  # the rate this step used
         self.scheduler.step()
         if self.kl_estimator is not None:
             result["actor/kl_coef"] = self.cfg.kl_loss_coef
@@ -142,8 +142,17 @@ class ActorWorker:
                 "shuffle_generator": self.shuffle_generator.get_state()}
 
     def load_state_dict(self, state: dict) -> None:
-        self.scheduler.load_state_dict(state["scheduler"])
+        self.load_schedule(state["scheduler"])
         self.shuffle_generator.set_state(state["shuffle_generator"])
+
+    def load_schedule(self, scheduler_state: dict) -> None:
+        """The LR schedule's position, with its base rate from this run's
+        optim.lr: a resume with a changed lr continues the schedule at the new
+        rate (an exact continuation, with the same lr, changes nothing)."""
+        self.scheduler.load_state_dict(scheduler_state)
+        self.scheduler.base_lrs = [self.cfg.optim.lr] * len(self.optimizer.param_groups)
+        for group, lr in zip(self.optimizer.param_groups, self.scheduler.get_lr()):
+            group["lr"], group["initial_lr"] = lr, self.cfg.optim.lr
 
     def _train_mini_batch(self, mini: TrainBatch, scale: LossScale) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)

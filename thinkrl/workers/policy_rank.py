@@ -162,7 +162,7 @@ class PolicyRank:
         return {"scheduler": self.actor.scheduler.state_dict()}
 
     def load_schedule_state(self, state: dict) -> None:
-        self.actor.scheduler.load_state_dict(state["scheduler"])
+        self.actor.load_schedule(state["scheduler"])
 
     def generator_state(self) -> torch.Tensor:
         return self.engine.generator_state()
