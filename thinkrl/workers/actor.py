@@ -151,8 +151,9 @@ class ActorWorker:
         rate (an exact continuation, with the same lr, changes nothing)."""
         self.scheduler.load_state_dict(scheduler_state)
         self.scheduler.base_lrs = [self.cfg.optim.lr] * len(self.optimizer.param_groups)
-        for group, lr in zip(self.optimizer.param_groups, self.scheduler.get_lr()):
-            group["lr"], group["initial_lr"] = lr, self.cfg.optim.lr
+        step = self.scheduler.last_epoch
+        for group, factor in zip(self.optimizer.param_groups, self.scheduler.lr_lambdas):
+            group["lr"], group["initial_lr"] = self.cfg.optim.lr * factor(step), self.cfg.optim.lr
 
     def _train_mini_batch(self, mini: TrainBatch, scale: LossScale) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)
