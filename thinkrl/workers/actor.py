@@ -24,11 +24,12 @@ from torch import Tensor
 from thinkrl.algos.kl import get_kl_estimator
 from thinkrl.algos.losses import LossScale, agg_loss, masked_share
 from thinkrl.algos.policy_losses import build_policy_loss
-from thinkrl.checkpoint.sharded import ACTOR_DIR, OPTIMIZER_FILE, load_actor_state
+from thinkrl.checkpoint.sharded import (ACTOR_DIR, OPTIMIZER_FILE, load_actor_state,
+                                        save_actor_shards)
 from thinkrl.config.schema import ActorConfig, OptimConfig
 from thinkrl.models.forward import batched_response_logprobs, response_logprobs
 from thinkrl.parallel.distributed import sum_over_ranks
-from thinkrl.parallel.fsdp import full_tensor, parameter_stats
+from thinkrl.parallel.fsdp import full_tensor, is_sharded, parameter_stats
 from thinkrl.records import TrainBatch
 from thinkrl.workers.mini_batches import MiniBatch, plan_mini_batches
 
@@ -123,8 +124,12 @@ class ActorWorker:
         return result
 
     def save(self, folder: Path) -> None:
-        """Weights (a Hugging Face folder, folder/actor) and AdamW's state
-        (folder/optimizer.pt): the one-process layout of thinkrl.checkpoint.sharded."""
+        """Weights and AdamW's state in the layout of thinkrl.checkpoint.sharded
+        that fits this model: shards under folder/actor_dcp (every rank calls
+        this), or a Hugging Face folder (folder/actor) and folder/optimizer.pt."""
+        if is_sharded(self.model):
+            save_actor_shards(self.model, self.optimizer, folder)
+            return
         self.model.save_pretrained(folder / ACTOR_DIR)
         torch.save(self.optimizer.state_dict(), folder / OPTIMIZER_FILE)
 

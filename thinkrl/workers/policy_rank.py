@@ -149,14 +149,12 @@ class PolicyRank:
     def weight_stats(self) -> dict:
         return self.actor.weight_stats()
 
-    # Checkpoints: sharded (every rank writes its part) or, for one rank, either layout.
-    def save_sharded(self, folder: str) -> None:
-        from thinkrl.checkpoint.sharded import save_actor_shards
-        save_actor_shards(self.actor.model, self.actor.optimizer, Path(folder))
+    # Checkpoints: every rank writes its shards; any layout loads (ActorWorker.save/load).
+    def save_actor(self, folder: str) -> None:
+        self.actor.save(Path(folder))
 
     def load_actor(self, folder: str) -> None:
-        from thinkrl.checkpoint.sharded import load_actor_state
-        load_actor_state(self.actor.model, self.actor.optimizer, Path(folder))
+        self.actor.load(Path(folder))
 
     def schedule_state(self) -> dict:
         return {"scheduler": self.actor.scheduler.state_dict()}

@@ -342,7 +342,7 @@ class ActorHandle:
         from transformers import AutoConfig, GenerationConfig
 
         from thinkrl.checkpoint.sharded import ACTOR_DIR
-        self.group.call_all("save_checkpoint", "save_sharded", [(str(folder),)] * self.group.world_size)
+        self.group.call_all("save_checkpoint", "save_actor", [(str(folder),)] * self.group.world_size)
         model = self.group.spec.cfg.actor_rollout_ref.model
         path = self.group.spec.model_path
         config = AutoConfig.from_pretrained(path, trust_remote_code=model.trust_remote_code,
@@ -400,11 +400,8 @@ class EngineHandle:
         resume on another device count, or from a local checkpoint) rank 0
         takes the first state and the others keep their seeds."""
         states = state if isinstance(state, list) else [state]
-        world = self.group.world_size
-        if len(states) != world:
-            states = [states[0], *(None for _ in range(world - 1))]
-        args = [(s,) for s in states]
-        for r, (s,) in enumerate(args):
-            if s is not None:
-                self.group.wait([self.group.workers[r].call.remote(
-                    "load_checkpoint", "set_generator_state", s)], stage="load_checkpoint")
+        if len(states) != self.group.world_size:
+            states = states[:1]
+        self.group.wait([worker.call.remote("load_checkpoint", "set_generator_state", s)
+                         for worker, s in zip(self.group.workers, states)],
+                        stage="load_checkpoint")
