@@ -30,7 +30,7 @@ from thinkrl.dynamic_sampling import generation_batch_size
 from thinkrl.errors import SetupError
 from thinkrl.metrics import MetricsLog
 from thinkrl.models.loading import eos_token_ids, load_generation_config, load_tokenizer
-from thinkrl.parallel.device import synchronizer
+from thinkrl.parallel.device import resolve_device, synchronizer
 from thinkrl.rewards.scorer import RewardScorer
 from thinkrl.rewards.watch import FailureBreaker, ZeroRewardWatch
 from thinkrl.rollout.base import RolloutEngine, SamplingParams
@@ -91,6 +91,13 @@ class Run:
                 self.lock.release()
 
     @property
+    def recomputes_rollout_logprobs(self) -> bool:
+        """The engine samples from its own copy of the weights (vllm), or the
+        drift is corrected: the trainer recomputes the log-probs of every
+        sampled token to measure (and with rollout_is, correct) the gap."""
+        return self.cfg.actor_rollout_ref.rollout.name != "native" or self.cfg.algorithm.rollout_is
+
+    @property
     def on_policy(self) -> bool:
         """One optimizer step per training step on fresh samples: pi_old is
         the current policy, so the old log-probs need no extra forward pass."""
@@ -109,9 +116,15 @@ def check_backend(cfg: Config) -> None:
             raise SetupError(f"trainer.backend=ray needs FSDP2's summed gradient reduction, "
                              f"which torch {torch.__version__} lacks",
                              "install torch >= 2.8 (the Makefile's TORCH_SPEC pins 2.13.0)")
-    if cfg.actor_rollout_ref.rollout.name != "native":
-        raise SetupError(f"actor_rollout_ref.rollout.name={cfg.actor_rollout_ref.rollout.name} "
-                         "is not available in this release", "use rollout.name=native")
+    rollout = cfg.actor_rollout_ref.rollout
+    if rollout.name == "sglang":
+        raise SetupError("actor_rollout_ref.rollout.name=sglang is not available in this release",
+                         "use rollout.name=vllm (or native)")
+    if rollout.name == "vllm":
+        from thinkrl.rollout.vllm_engine import check_vllm_usable
+        # On the driver; each rank checks again on its own device at start.
+        device = cfg.trainer.device
+        check_vllm_usable(device if device != "auto" else resolve_device("auto").type)
 
 
 def build_run(cfg: Config, *, log=print) -> Run:
@@ -197,6 +210,7 @@ def _assemble(cfg: Config, sizes: DerivedSizes, *, log=print) -> Run:
     try:
         if resume_from is not None:  # the reference keeps the initial weights
             run.progress = load_checkpoint(run, resume_from, log=log)
+            run.engine.update_weights(run.actor.weights())  # an engine with its own copy
         # Only now, with the checkpoint loaded, may metrics.jsonl change; it is
         # continued only when the checkpoint belongs to this run directory.
         own = resume_from is not None and resume_from.parent == run_dir
@@ -227,7 +241,7 @@ def build_roles(spec: RankSpec, *, log=print) -> Roles:
     if execution_backend(spec.cfg) == "local":
         rank = PolicyRank(spec)
         return Roles(rank.actor, rank.reference, rank.engine, synchronizer(rank.device),
-                     close=lambda: None)
+                     close=getattr(rank.engine, "close", lambda: None))
     from thinkrl.workers.ray_group import RayWorkerGroup
     group = RayWorkerGroup.start(spec, log=log)
     return Roles(group.actor, group.reference, group.engine, sync=lambda: None, close=group.close)

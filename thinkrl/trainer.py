@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from thinkrl.algos.kl import get_kl_estimator
+from thinkrl.algos.rollout_correction import logprob_gap_metrics, rollout_is_weights
 from thinkrl.build import Run, build_run
 from thinkrl.checkpoint.resume import should_save
 from thinkrl.checkpoint.state import Progress, save_checkpoint
@@ -120,6 +121,7 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
                                                  ref_logprobs=ref_logprobs)
             advantages = compute_advantages(run, rollouts, rewards,
                                             reward_baselines=sampled.reward_baselines)
+            advantages, drift_metrics = rollout_drift(run, rollouts, advantages, old_logprobs)
         batch = train_batch(run, rollouts, sequences, advantages=advantages,
                             old_logprobs=old_logprobs, ref_logprobs=ref_logprobs)
         with timer("update_actor"):
@@ -127,7 +129,7 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
                 batch, mini_batch_size=run.sizes.responses_per_mini_batch)
         with timer("update_weights"):
             run.engine.update_weights(run.actor.weights())
-    metrics = {**actor_metrics, **kl_metrics, **timer.metrics(),
+    metrics = {**actor_metrics, **kl_metrics, **drift_metrics, **timer.metrics(),
                **rollout_metrics(rollouts, scores=scored.scores, rewards=rewards,
                                  advantages=advantages),
                **throughput_metrics(rollouts, step_seconds=timer.seconds["step"],
@@ -144,7 +146,7 @@ def old_policy_logprobs(run: Run, rollouts: Rollouts, sequences: Sequences
                         ) -> torch.Tensor | None:
     """log pi_old [N, R]: None when the update is exactly on-policy (pi_old is
     then the actor's own forward) unless the KL-in-reward needs it."""
-    if run.on_policy and not run.cfg.algorithm.use_kl_in_reward:
+    if run.on_policy and not run.cfg.algorithm.use_kl_in_reward and not run.recomputes_rollout_logprobs:
         return None
     return run.actor.compute_log_prob(*sequences,
                                       response_length=rollouts.response_ids.shape[1])
@@ -181,6 +183,27 @@ def compute_advantages(run: Run, rollouts: Rollouts, rewards: torch.Tensor, *,
     """run.advantage_fn (settings bound at build); ReMax's per-step baselines bound here."""
     step_inputs = {} if reward_baselines is None else {"reward_baselines": reward_baselines}
     return run.advantage_fn(rewards, rollouts.response_mask.float(), rollouts.group_ids, **step_inputs)
+
+
+def rollout_drift(run: Run, rollouts: Rollouts, advantages: torch.Tensor,
+                  old_logprobs: torch.Tensor | None) -> tuple[torch.Tensor, dict[str, float]]:
+    """The engine's log-probs against the trainer's (logged whenever both
+    exist); with algorithm.rollout_is, the advantages times the truncated
+    importance weights pi_trainer / pi_rollout. A positive per-token weight
+    factors out of PPO's clipped objective, so this weights each token's
+    policy-gradient loss exactly as verl's rollout_is does."""
+    if old_logprobs is None:
+        return advantages, {}
+    mask = rollouts.response_mask.float()
+    metrics = logprob_gap_metrics(rollouts.rollout_logprobs, old_logprobs, mask)
+    algo = run.cfg.algorithm
+    if algo.rollout_is:
+        weights, is_metrics = rollout_is_weights(old_logprobs, rollouts.rollout_logprobs, mask,
+                                                 threshold=algo.rollout_is_threshold,
+                                                 level=algo.rollout_is_level, mode=algo.rollout_is_mode)
+        advantages = advantages * weights
+        metrics.update(is_metrics)
+    return advantages, metrics
 
 
 def train_batch(run: Run, rollouts: Rollouts, sequences: Sequences, *, advantages: torch.Tensor,

@@ -137,6 +137,16 @@ class AlgorithmConfig:
     """KL coefficient controller."""
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
     """DAPO's dynamic sampling."""
+    rollout_is: bool = False
+    """Correct the policy gradient for the rollout engine's drift from the trainer:
+    weight each token by the truncated ratio pi_trainer / pi_rollout (TIS)."""
+    rollout_is_threshold: float = 2.0
+    """Upper bound of the importance weight (truncate) or the weight above which a
+    token is dropped (mask)."""
+    rollout_is_level: str = "token"
+    """"token": one weight per token; "sequence": the product over the response."""
+    rollout_is_mode: str = "truncate"
+    """"truncate": min(w, threshold); "mask": weight 0 where w > threshold."""
 
 
 @dataclass

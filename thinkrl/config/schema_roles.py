@@ -254,6 +254,8 @@ class RolloutConfig:
     """vLLM: silence engine statistics."""
     calculate_log_probs: bool = False
     """Return the engine's own log-probs of sampled tokens (for diagnostics)."""
+    update_weights_bucket_megabytes: int = 512
+    """vLLM: weights streamed into the engine per call after each actor update (MB)."""
     engine_kwargs: dict[str, Any] = field(default_factory=lambda: {"vllm": {}, "sglang": {}})
     """Extra keyword arguments per engine (free-form; add keys with ``+...engine_kwargs.vllm.key=value``)."""
     val_kwargs: SamplingConfig = field(default_factory=SamplingConfig)

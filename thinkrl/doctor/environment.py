@@ -38,21 +38,32 @@ def visible_devices(kind: str) -> tuple[int, str]:
     return 1, ""
 
 
+def ascend_nz_problem(env) -> tuple[str, str] | None:
+    """(what is wrong, the fix) when vllm-ascend would store weights in the
+    FRACTAL_NZ layout (VLLM_ASCEND_ENABLE_NZ not 0); None when it would not.
+    Shared by the doctor and the vLLM engine's start-up check."""
+    value = env.get("VLLM_ASCEND_ENABLE_NZ")
+    if value == "0":
+        return None
+    return (f"VLLM_ASCEND_ENABLE_NZ={value if value is not None else '(unset: NZ on)'}",
+            "export VLLM_ASCEND_ENABLE_NZ=0 before starting (RL needs exact weight layouts; "
+            "vllm-ascend refuses: \"FRACTAL_NZ mode is enabled\")")
+
+
 def check_vllm_ascend_nz(ctx: DoctorContext) -> CheckResult:
     """vllm-ascend stores weights in the FRACTAL_NZ layout unless
     VLLM_ASCEND_ENABLE_NZ=0, which costs precision in RL weight syncs; it
     refuses to start (seed 004: "ValueError: FRACTAL_NZ mode is enabled")."""
     from thinkrl.doctor.versions import installed_versions
 
-    value = ctx.env.get("VLLM_ASCEND_ENABLE_NZ")
     if ctx.device_kind != "npu":
         return ok("environment/vllm-ascend-nz", f"not an NPU run (device {ctx.device_kind})")
     uses_vllm = (ctx.cfg.actor_rollout_ref.rollout.name == "vllm"
                  or "vllm_ascend" in ctx.remember("versions", lambda: installed_versions(ctx.env)))
-    if value == "0":
+    problem = ascend_nz_problem(ctx.env)
+    if problem is None:
         return ok("environment/vllm-ascend-nz", "VLLM_ASCEND_ENABLE_NZ=0")
-    found = f"VLLM_ASCEND_ENABLE_NZ={value if value is not None else '(unset: NZ on)'} on an NPU run"
-    fix = "export VLLM_ASCEND_ENABLE_NZ=0 before starting (RL needs exact weight layouts)"
+    found, fix = problem[0] + " on an NPU run", problem[1]
     if uses_vllm:
         return fail("environment/vllm-ascend-nz", found + " with vllm-ascend", fix)
     return warn("environment/vllm-ascend-nz", found + " (vllm-ascend is not used by this run)", fix)

@@ -84,7 +84,7 @@ class NativeEngine:
         return self._device or next(self.model.parameters()).device
 
     def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]]) -> None:
-        params = dict(self.model.named_parameters())
+        params = self.model.state_dict(keep_vars=True)
         with torch.no_grad():
             for name, tensor in named_tensors:
                 if params[name].data_ptr() != tensor.data_ptr():  # shared: nothing to copy

@@ -31,6 +31,7 @@ from thinkrl.models.forward import batched_response_logprobs, response_logprobs
 from thinkrl.parallel.distributed import sum_over_ranks
 from thinkrl.parallel.fsdp import full_tensor, is_sharded, parameter_stats
 from thinkrl.records import TrainBatch
+from thinkrl.rollout.weight_sync import full_state_tensors
 from thinkrl.workers.mini_batches import MiniBatch, plan_mini_batches
 
 
@@ -88,9 +89,11 @@ class ActorWorker:
             device=self.device)
 
     def weights(self) -> Iterable[tuple[str, Tensor]]:
-        """The policy's (name, tensor) pairs for the rollout engine: the live
-        parameters, so an engine sharing this module copies nothing."""
-        return self.model.named_parameters()
+        """The policy's (name, tensor) pairs for a rollout engine, one at a
+        time: every state-dict entry (tied weights under each name), whole
+        (gathered from the shards when sharded: a collective), and for an
+        unsharded module the live tensors, so an engine sharing it copies nothing."""
+        return full_state_tensors(self.model)
 
     def weight_stats(self) -> dict:
         """For the divergence guard and the save check: `parameter_stats` of

@@ -107,11 +107,34 @@ class PolicyRank:
             self.reference = ReferenceWorker(
                 ref_model, micro_batch_size=sizes.ref_log_prob_micro_batch_size_per_device,
                 temperature=rollout.temperature, autocast=self.autocast, device=self.device)
-        self.engine = NativeEngine(
+        self.engine = self._engine(model, sharded=sharded)
+
+    def _engine(self, model: torch.nn.Module, *, sharded: bool):
+        """rollout.name=native samples from the actor's own module; vllm
+        builds its engine here and takes the actor's weights at once (the
+        engine may have started from dummy weights, or the actor may resume)."""
+        spec, rollout = self.spec, self.spec.cfg.actor_rollout_ref.rollout
+        if rollout.name == "vllm":
+            from thinkrl.rollout.vllm_engine import VllmEngine
+            engine = VllmEngine.start(
+                spec.cfg, model_path=spec.model_path,
+                max_model_len=spec.sizes.prompt_length + spec.sizes.response_length,
+                eos_token_ids=list(spec.eos_token_ids), pad_token_id=spec.pad_token_id,
+                seed=spec.sampling_seed, device_kind=self.device.type)
+            engine.update_weights(self.actor.weights())
+            return engine
+        return NativeEngine(
             model, eos_token_ids=list(spec.eos_token_ids), pad_token_id=spec.pad_token_id,
             seed=spec.sampling_seed, autocast=self.autocast,
             gather=(lambda: fsdp.gathered(model)) if sharded else contextlib.nullcontext,
             device=self.device)
+
+    def sync_engine(self) -> None:
+        """The actor's current weights into an engine that holds its own copy
+        (a collective when sharded: every rank calls it); the native engine
+        samples from the actor's module and needs nothing."""
+        if not isinstance(self.engine, NativeEngine):
+            self.engine.update_weights(self.actor.weights())
 
     def _offload(self, fsdp_config) -> bool:
         """verl's three offload switches map onto FSDP2's CPUOffloadPolicy,

@@ -389,8 +389,12 @@ class EngineHandle:
         return Rollouts.concat(parts, pad_token_id=self.group.spec.pad_token_id)
 
     def update_weights(self, named_tensors) -> None:
-        # Each rank's engine samples from its actor's own (sharded) module.
+        """Rank by rank, each engine from its own actor: the native engine
+        samples from the actor's (sharded) module, so nothing moves; an engine
+        with its own weights (vllm) gets them gathered whole from the shards."""
         assert named_tensors is None, "ray workers sync weights in place, rank by rank"
+        if self.group.spec.cfg.actor_rollout_ref.rollout.name != "native":
+            self.group.call_all("update_weights", "sync_engine")
 
     def generator_state(self) -> list[torch.Tensor]:
         return self.group.call_all("save_checkpoint", "generator_state")

