@@ -109,7 +109,7 @@ def test_greedy_responses_equal_the_native_engines(engine, hf_model):
 
 
 def test_sampled_logprobs_equal_the_trainers_forward(engine, hf_model):
-    params = SamplingParams(n=4, max_tokens=16, temperature=0.7)
+    params = SamplingParams(n=4, max_tokens=6, temperature=0.7)
     rollouts = engine.generate(batch(), params)
     assert len(rollouts) == 16 and rollouts.group_ids.tolist() == [i // 4 for i in range(16)]
     trainer = recomputed_logprobs(hf_model, rollouts, temperature=0.7)
@@ -210,3 +210,76 @@ def test_a_bucketed_sync_puts_every_tensor_into_the_engine(engine, hf_model):
     got, want = engine.generate(batch(), params), native(hf_model).generate(batch(), params)
     assert got.response_ids.tolist() == want.response_ids.tolist()
     engine.bucket_megabytes = 512
+
+
+@pytest.fixture(scope="module")
+def tiny_vllm_model(tmp_path_factory):
+    """The tiny recipe's pretrained model with vLLM-sized heads (2 x 32)."""
+    from thinkrl.models.tiny import TinyModelSpec, build_tiny_model
+    spec = TinyModelSpec(hidden_size=64, intermediate_size=128, num_layers=2, num_heads=2,
+                         num_kv_heads=1, pretrain_problems=400, pretrain_steps=15, batch_size=16)
+    threads = torch.get_num_threads()
+    out = build_tiny_model(tmp_path_factory.mktemp("models") / "tiny", spec, log=lambda *_: None)
+    torch.set_num_threads(threads)
+    return out
+
+
+def grpo_overrides(model_dir, run_dir, steps: int = 2) -> list[str]:
+    arr = "actor_rollout_ref"
+    return [f"{arr}.model.path={model_dir}", f"trainer.default_local_dir={run_dir}",
+            f"{arr}.rollout.name=vllm", f"{arr}.rollout.dtype=float32",
+            f"{arr}.rollout.enforce_eager=True", f"{arr}.rollout.load_format=dummy_dtensor",
+            f"{arr}.rollout.update_weights_bucket_megabytes=1",
+            "data.train_batch_size=8", f"{arr}.actor.ppo_mini_batch_size=8",
+            f"{arr}.actor.ppo_micro_batch_size_per_gpu=16", f"{arr}.rollout.n=4",
+            "data.max_response_length=24", f"trainer.total_training_steps={steps}",
+            "trainer.val_before_train=False", "trainer.test_freq=-1", "trainer.save_freq=1",
+            "trainer.progress_bar=False", "trainer.logger=[console]",
+            "algorithm.rollout_is=True"]
+
+
+def test_two_grpo_steps_leave_the_engine_holding_the_actors_weights(asset_cache, tiny_vllm_model,
+                                                                    tmp_path):
+    import json
+
+    from thinkrl.build import build_run
+    from thinkrl.config import load_config
+    from thinkrl.trainer import train_run
+
+    cfg = load_config("tiny", grpo_overrides(tiny_vllm_model, tmp_path / "run"))
+    run = build_run(cfg, log=lambda *_: None)
+    try:
+        train_run(run, log=lambda *_: None)
+        assert isinstance(run.engine, VllmEngine)
+        assert_engine_holds(run.engine, run.actor.model)
+    finally:
+        run.close()
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    steps = [r for r in records if "rollout/logprob_diff_max" in r]
+    assert [r["step"] for r in steps] == [1, 2]
+    for r in steps:  # the engine samples from the weights the trainer has
+        assert r["rollout/logprob_diff_max"] < LOGPROB_TOLERANCE
+        assert r["rollout/probs_corr"] > 0.999
+        assert abs(r["rollout_is/mean"] - 1.0) < 1e-3 and r["timing_s/update_weights"] >= 0
+
+
+def test_resume_from_step_one_equals_the_unbroken_run(asset_cache, tiny_vllm_model, tmp_path):
+    """The engine's seeds come from its checkpointed generator, and the resumed
+    engine takes the checkpoint's weights: step 2 is the same either way."""
+    import json
+
+    from thinkrl.config import load_config
+    from thinkrl.trainer import train
+
+    quiet = dict(log=lambda *_: None)
+    train(load_config("tiny", grpo_overrides(tiny_vllm_model, tmp_path / "straight")), **quiet)
+    train(load_config("tiny", grpo_overrides(tiny_vllm_model, tmp_path / "broken", steps=1)), **quiet)
+    train(load_config("tiny", grpo_overrides(tiny_vllm_model, tmp_path / "broken")), **quiet)
+
+    def step2(folder):
+        rows = [json.loads(line) for line in (tmp_path / folder / "metrics.jsonl").open()]
+        return next(r for r in rows if r["step"] == 2)
+    a, b = step2("straight"), step2("broken")
+    for key in ("critic/score/mean", "actor/pg_loss", "actor/kl_loss", "response_length/mean",
+                "rollout/logprob_diff_mean"):
+        assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), key

@@ -87,6 +87,7 @@ class FakeLLM:
     def reset_prefix_cache(self):
         self.prefix_cache_resets += 1
         self.calls.append("reset")
+        return True
 
     def sleep(self, level):
         self.calls.append(f"sleep{level}")

@@ -150,7 +150,10 @@ class VllmEngine:
         from vllm.inputs import TokensPrompt
         requests = [TokensPrompt(prompt_token_ids=ids[mask.bool()].tolist())
                     for ids, mask in zip(prompts.input_ids, prompts.attention_mask)]
-        seeds = torch.randint(0, 2**62, (len(prompts),), generator=self.generator).tolist()
+        # Greedy decoding draws nothing, as in `native`: a greedy validation
+        # leaves the training stream (and an exact resume) untouched.
+        seeds = ([None] * len(prompts) if params.greedy else
+                 torch.randint(0, 2**62, (len(prompts),), generator=self.generator).tolist())
         self._wake("weights", "kv_cache")
         try:
             outputs = self.llm.generate(requests, [self.sampling(params, s) for s in seeds],
@@ -183,7 +186,9 @@ class VllmEngine:
         self._wake("weights")
         for bucket in buckets(named_tensors, megabytes=self.bucket_megabytes):
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": bucket})
-        self.llm.reset_prefix_cache()
+        if not self.llm.reset_prefix_cache():
+            raise RuntimeError("vLLM kept its prefix cache after a weight sync (requests still "
+                               "running?): the next rollout would reuse KV of the old weights")
 
     def generator_state(self) -> Tensor:
         return self.generator.get_state()
