@@ -121,7 +121,10 @@ def check_backend(cfg: Config) -> None:
         raise SetupError("actor_rollout_ref.rollout.name=sglang is not available in this release",
                          "use rollout.name=vllm (or native)")
     if rollout.name == "vllm":
-        from thinkrl.rollout.vllm_engine import check_vllm_usable
+        from thinkrl.rollout.vllm_engine import check_vllm_usable, engine_parallel_problem
+        problem = engine_parallel_problem(rollout)
+        if problem is not None:
+            raise SetupError(*problem)
         # On the driver; each rank checks again on its own device at start.
         device = cfg.trainer.device
         check_vllm_usable(device if device != "auto" else resolve_device("auto").type)

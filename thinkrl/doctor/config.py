@@ -94,6 +94,10 @@ def check_rollout_parallel(ctx: DoctorContext) -> CheckResult:
                     f"choose TP x PP dividing trainer.n_gpus_per_node={per_node} (e.g. "
                     f"tensor_model_parallel_size={_largest_divisor(per_node, tp)} "
                     "pipeline_model_parallel_size=1)")
+    from thinkrl.rollout.vllm_engine import engine_parallel_problem
+    problem = engine_parallel_problem(rollout)
+    if problem is not None:
+        return fail("config/rollout-parallel", found + ": " + problem[0], problem[1])
     return ok("config/rollout-parallel", found)
 
 
