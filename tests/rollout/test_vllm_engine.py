@@ -225,8 +225,15 @@ def tiny_vllm_model(tmp_path_factory):
 
 
 def grpo_overrides(model_dir, run_dir, steps: int = 2) -> list[str]:
+    # Scores that differ within a group (by response length) and a large lr,
+    # so that each step moves the weights far past the tolerances: a missed
+    # or partial sync shows.
+    reward = run_dir.parent / "length_reward.py"
+    reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      "    return float(len(solution_str) % 5) / 4\n")
     arr = "actor_rollout_ref"
     return [f"{arr}.model.path={model_dir}", f"trainer.default_local_dir={run_dir}",
+            f"custom_reward_function.path={reward}", f"{arr}.actor.optim.lr=1e-3",
             f"{arr}.rollout.name=vllm", f"{arr}.rollout.dtype=float32",
             f"{arr}.rollout.enforce_eager=True", f"{arr}.rollout.load_format=dummy_dtensor",
             f"{arr}.rollout.update_weights_bucket_megabytes=1",
@@ -249,7 +256,10 @@ def test_two_grpo_steps_leave_the_engine_holding_the_actors_weights(asset_cache,
     cfg = load_config("tiny", grpo_overrides(tiny_vllm_model, tmp_path / "run"))
     run = build_run(cfg, log=lambda *_: None)
     try:
+        before = {k: v.clone() for k, v in run.actor.model.state_dict().items()}
         train_run(run, log=lambda *_: None)
+        moved = max((v - before[k]).abs().max().item() for k, v in run.actor.model.state_dict().items())
+        assert moved > 1e-3  # far past assert_engine_holds' tolerance
         assert isinstance(run.engine, VllmEngine)
         assert_engine_holds(run.engine, run.actor.model)
     finally:
@@ -283,3 +293,29 @@ def test_resume_from_step_one_equals_the_unbroken_run(asset_cache, tiny_vllm_mod
     for key in ("critic/score/mean", "actor/pg_loss", "actor/kl_loss", "response_length/mean",
                 "rollout/logprob_diff_mean"):
         assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), key
+
+
+def test_ray_backend_runs_one_engine_per_rank_synced_from_the_fsdp_shards(asset_cache,
+                                                                          tiny_vllm_model, tmp_path):
+    """Two Ray ranks, each with an FSDP2 shard of the actor and its own vLLM
+    engine: after an update each engine gets the whole weights gathered from
+    the shards, so at step 2 both still sample what the trainer computes."""
+    import json
+
+    pytest.importorskip("ray")
+    assert os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"  # conftest: loopback only
+    from thinkrl.config import load_config
+    from thinkrl.trainer import train
+
+    run_dir = tmp_path / "ray"
+    overrides = grpo_overrides(tiny_vllm_model, run_dir) + [
+        "trainer.n_gpus_per_node=2", "trainer.backend=ray", "trainer.device=cpu",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8", "trainer.save_freq=-1",
+        "reward.num_workers=0"]
+    train(load_config("tiny", overrides), log=lambda *_: None)
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
+    steps = [r for r in records if "rollout/logprob_diff_max" in r]
+    assert [r["step"] for r in steps] == [1, 2]
+    assert steps[0]["actor/grad_norm"] > 0.1  # step 1 moved the weights the engines now hold
+    for r in steps:
+        assert r["rollout/logprob_diff_max"] < LOGPROB_TOLERANCE
