@@ -55,7 +55,7 @@ def test_fsdp_size_must_divide_the_devices():
 
 def test_backend_rows_reuse_the_builds_message():
     from thinkrl.build import check_backend as build_check_backend
-    ctx = context("actor_rollout_ref.rollout.name=vllm")
+    ctx = context("actor_rollout_ref.rollout.name=sglang")  # refused in this release
     [row] = [check_backend(ctx)]
     assert row.status == "fail"
     try:
@@ -63,7 +63,7 @@ def test_backend_rows_reuse_the_builds_message():
     except ValueError as err:
         assert str(err).startswith(row.found) and row.fix in str(err)
     # checked even when the batch sizes are broken too
-    broken = context("actor_rollout_ref.rollout.name=vllm", "data.train_batch_size=30")
+    broken = context("actor_rollout_ref.rollout.name=sglang", "data.train_batch_size=30")
     assert check_backend(broken).status == "fail"
     assert check_backend(context("trainer.n_gpus_per_node=2")).status == "ok"
 
