@@ -81,7 +81,7 @@ def test_good_tiny_configuration_has_no_fail_and_json_parses(tiny_run, capsys, m
 
 
 def test_doctor_exits_1_on_a_failure(tiny_run, capsys):
-    code = main(["doctor", "--config", "tiny", *tiny_run, "actor_rollout_ref.rollout.name=vllm"])
+    code = main(["doctor", "--config", "tiny", *tiny_run, "actor_rollout_ref.rollout.name=sglang"])
     out = capsys.readouterr().out
     assert code == 1 and "config/backend" in out and "fail" in out
 
