@@ -134,12 +134,13 @@ class VllmEngine:
     def start(cls, cfg, *, model_path: str, max_model_len: int, eos_token_ids: list[int],
               pad_token_id: int, seed: int, device_kind: str) -> "VllmEngine":
         """Build the engine in this process, checking every argument first."""
-        check_vllm_usable(device_kind)
-        # The engine core runs in this process: it shares the device with the
-        # actor and takes weights by reference (no pickling of tensors).
+        # Set before vLLM is first imported. The engine core runs in this
+        # process: it shares the device with the actor and takes the weights
+        # by reference (no pickling of tensors).
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         if device_kind == "cpu":  # GiB of KV cache; vLLM's CPU default (4) is a laptop's worth
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        check_vllm_usable(device_kind)
         args = engine_arguments(cfg, model_path=model_path, max_model_len=max_model_len,
                                 seed=seed, device_kind=device_kind)
         check_engine_arguments(args)
