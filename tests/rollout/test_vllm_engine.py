@@ -18,7 +18,8 @@ from transformers import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 
 from thinkrl.config import Config  # noqa: E402
 from thinkrl.models.forward import response_logprobs  # noqa: E402
-from thinkrl.records import FINISH_LENGTH, FINISH_STOP, PromptBatch, Sample  # noqa: E402
+from test_native import prompt_batch  # noqa: E402
+from thinkrl.records import FINISH_LENGTH, FINISH_STOP  # noqa: E402
 from thinkrl.rollout.base import SamplingParams  # noqa: E402
 from thinkrl.rollout.native import NativeEngine  # noqa: E402
 from thinkrl.rollout.vllm_engine import VllmEngine  # noqa: E402
@@ -76,14 +77,8 @@ def hf_model(model_dir, engine):
     engine.update_weights(full_state_tensors(Qwen2ForCausalLM.from_pretrained(model_dir)))
 
 
-def batch(prompts=PROMPTS) -> PromptBatch:
-    width = max(map(len, prompts))
-    ids = torch.full((len(prompts), width), PAD)
-    mask = torch.zeros(len(prompts), width, dtype=torch.long)
-    for r, p in enumerate(prompts):
-        ids[r, width - len(p):] = torch.tensor(p)
-        mask[r, width - len(p):] = 1
-    return PromptBatch(ids, mask, [Sample("s", str(i), f"p{i}", index=i) for i in range(len(prompts))])
+def batch(prompts=PROMPTS):
+    return prompt_batch(prompts)
 
 
 def native(model, eos=MANY_EOS) -> NativeEngine:

@@ -11,9 +11,10 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from test_native import prompt_batch  # the same left-padded batches as the native tests
 from thinkrl.config import Config
 from thinkrl.errors import SetupError
-from thinkrl.records import FINISH_LENGTH, FINISH_STOP, PromptBatch, Sample
+from thinkrl.records import FINISH_LENGTH, FINISH_STOP
 from thinkrl.rollout.base import SamplingParams
 from thinkrl.rollout.native import NativeEngine
 from thinkrl.rollout.vllm_engine import (VllmEngine, check_vllm_usable, engine_arguments,
@@ -125,18 +126,8 @@ def test_sleep_mode_wakes_weights_for_the_sync_and_the_cache_for_the_rollout():
     assert fake.calls == ["sleep1", "wake:weights", "reload", "reset", "wake:kv_cache"]
 
 
-def prompts(rows: list[list[int]], pad: int = 0) -> PromptBatch:
-    width = max(map(len, rows))
-    ids = torch.full((len(rows), width), pad)
-    mask = torch.zeros(len(rows), width, dtype=torch.long)
-    for r, row in enumerate(rows):
-        ids[r, width - len(row):] = torch.tensor(row)
-        mask[r, width - len(row):] = 1
-    return PromptBatch(ids, mask, [Sample("s", str(i), f"p{i}", index=i) for i in range(len(rows))])
-
-
 def test_to_rollouts_pads_right_masks_the_stop_token_and_groups_responses():
-    batch = prompts([[5, 6, 7], [8]])
+    batch = prompt_batch([[5, 6, 7], [8]])
     completions = [[([10, 11, 1], [-0.5, -1.0, -0.25], "stop"), ([12], [-2.0], "stop")],
                    [([13, 14, 15, 16], [-0.1, -0.2, -0.3, -0.4], "length"),
                     ([17, 1], [-1.5, -0.75], "stop")]]
