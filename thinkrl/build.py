@@ -122,7 +122,7 @@ def check_backend(cfg: Config) -> None:
                          "use rollout.name=vllm (or native)")
     if rollout.name == "vllm":
         from thinkrl.rollout.vllm_engine import check_vllm_usable, engine_parallel_problem
-        problem = engine_parallel_problem(rollout)
+        problem = engine_parallel_problem(rollout, execution_backend(cfg))
         if problem is not None:
             raise SetupError(*problem)
         # On the driver; each rank checks again on its own device at start.

@@ -290,11 +290,12 @@ def test_resume_from_step_one_equals_the_unbroken_run(asset_cache, tiny_vllm_mod
         assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), key
 
 
-def test_ray_backend_runs_one_engine_per_rank_synced_from_the_fsdp_shards(asset_cache,
-                                                                          tiny_vllm_model, tmp_path):
-    """Two Ray ranks, each with an FSDP2 shard of the actor and its own vLLM
-    engine: after an update each engine gets the whole weights gathered from
-    the shards, so at step 2 both still sample what the trainer computes."""
+@pytest.mark.parametrize("tp", [1, 2])
+def test_ray_backend_engines_synced_from_the_fsdp_shards(asset_cache, tiny_vllm_model, tmp_path, tp):
+    """Two Ray ranks, each with an FSDP2 shard of the actor, and either an
+    engine each (tp=1) or one engine over both (tp=2, vLLM's external
+    launcher): after an update the engines get the whole weights gathered
+    from the shards, so at step 2 they still sample what the trainer computes."""
     import json
 
     pytest.importorskip("ray")
@@ -306,7 +307,7 @@ def test_ray_backend_runs_one_engine_per_rank_synced_from_the_fsdp_shards(asset_
     overrides = grpo_overrides(tiny_vllm_model, run_dir) + [
         "trainer.n_gpus_per_node=2", "trainer.backend=ray", "trainer.device=cpu",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8", "trainer.save_freq=-1",
-        "reward.num_workers=0"]
+        "reward.num_workers=0", f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp}"]
     train(load_config("tiny", overrides), log=lambda *_: None)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
     steps = [r for r in records if "rollout/logprob_diff_max" in r]

@@ -184,3 +184,16 @@ def test_native_engine_takes_state_dict_names_and_copies_only_foreign_tensors():
     engine.update_weights(full_state_tensors(other))
     for name, tensor in other.state_dict().items():
         assert torch.equal(model.state_dict()[name], tensor), name
+
+
+def test_stale_cpu_shm_of_this_ranks_tp_group_is_removed_and_nothing_else(tmp_path):
+    from thinkrl.rollout.vllm_engine import remove_stale_cpu_shm
+    names = ["-tp:0-[0-1]-cpushm_0", "-tp:0-[0-1]-cpushm_1", "x-tp:1-[2-3]-cpushm_0",
+             "psm_a2bdc10c", "-tp:0-[0-1-2-3]-cpushm_1"]
+    for name in names:
+        (tmp_path / name).write_bytes(b"")
+    removed = remove_stale_cpu_shm(1, 2, folder=str(tmp_path))  # rank 1 of group [0, 1]
+    assert [p.rsplit("/", 1)[1] for p in removed] == ["-tp:0-[0-1]-cpushm_1"]
+    assert remove_stale_cpu_shm(2, 2, folder=str(tmp_path))[0].endswith("x-tp:1-[2-3]-cpushm_0")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["-tp:0-[0-1]-cpushm_0", "psm_a2bdc10c", "-tp:0-[0-1-2-3]-cpushm_1"])

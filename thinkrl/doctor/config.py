@@ -95,7 +95,8 @@ def check_rollout_parallel(ctx: DoctorContext) -> CheckResult:
                     f"tensor_model_parallel_size={_largest_divisor(per_node, tp)} "
                     "pipeline_model_parallel_size=1)")
     from thinkrl.rollout.vllm_engine import engine_parallel_problem
-    problem = engine_parallel_problem(rollout)
+    from thinkrl.config import execution_backend
+    problem = engine_parallel_problem(rollout, execution_backend(ctx.cfg))
     if problem is not None:
         return fail("config/rollout-parallel", found + ": " + problem[0], problem[1])
     return ok("config/rollout-parallel", found)

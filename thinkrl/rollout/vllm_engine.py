@@ -56,23 +56,26 @@ def check_vllm_usable(device_kind: str, env=os.environ) -> None:
         raise SetupError(f"{_ARR}.name=vllm on an NPU: {problem[0]}", problem[1])
 
 
-def engine_parallel_problem(rollout) -> tuple[str, str] | None:
-    """(what, fix) when the rollout asks for an engine spanning several
-    devices, which this release does not build: every device runs its own
-    engine (TP=1) on its share of the prompts, which for models that fit one
-    device (a 7B model in bfloat16 is 15 GB) is also the faster layout."""
+def engine_parallel_problem(rollout, backend: str) -> tuple[str, str] | None:
+    """(what, fix) when the rollout asks for an engine layout this release
+    does not build. An engine over TP devices is built from TP consecutive
+    Ray ranks (vLLM's external launcher inside the workers' process group);
+    pipeline stages are not."""
     tp, pp = rollout.tensor_model_parallel_size, rollout.pipeline_model_parallel_size
-    if tp * pp == 1:
-        return None
-    return (f"{_ARR}.tensor_model_parallel_size={tp} x pipeline_model_parallel_size={pp}: "
-            "this release runs one vLLM engine per device (TP=1, PP=1); an engine over "
-            "several devices is not built yet",
-            f"set {_ARR}.tensor_model_parallel_size=1 {_ARR}.pipeline_model_parallel_size=1 "
-            "(each device then generates its share of the prompts)")
+    if pp > 1:
+        return (f"{_ARR}.pipeline_model_parallel_size={pp}: pipeline-parallel vLLM engines "
+                "are not built in this release",
+                f"set {_ARR}.pipeline_model_parallel_size=1 (use tensor_model_parallel_size)")
+    if tp > 1 and backend != "ray":
+        return (f"{_ARR}.tensor_model_parallel_size={tp} needs {tp} devices, but "
+                "trainer.backend=local drives one",
+                f"set {_ARR}.tensor_model_parallel_size=1, or give the run {tp} or more "
+                "devices (trainer.n_gpus_per_node) with trainer.backend=ray or auto")
+    return None
 
 
 def engine_arguments(cfg, *, model_path: str, max_model_len: int, seed: int,
-                     device_kind: str) -> dict:
+                     device_kind: str, in_process_group: bool = False) -> dict:
     """`vllm.LLM` keyword arguments from the rollout.* settings, then
     `rollout.engine_kwargs.vllm.*` on top (a user's explicit choice wins)."""
     rollout, model = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.model
@@ -91,6 +94,11 @@ def engine_arguments(cfg, *, model_path: str, max_model_len: int, seed: int,
         enable_sleep_mode=sleeps(cfg, device_kind),
         # The log-prob of each sampled token under the distribution sampled from.
         logprobs_mode="processed_logprobs")
+    if in_process_group and rollout.tensor_model_parallel_size > 1:
+        # Each rank is one tensor-parallel worker of its engine, in the process
+        # group the workers already share (vLLM splits it into engines of TP
+        # ranks; every engine generates on its own, as in verl).
+        args["distributed_executor_backend"] = "external_launcher"
     args.update(dict(rollout.engine_kwargs.get("vllm") or {}))
     return args
 
@@ -132,8 +140,14 @@ class VllmEngine:
 
     @classmethod
     def start(cls, cfg, *, model_path: str, max_model_len: int, eos_token_ids: list[int],
-              pad_token_id: int, seed: int, device_kind: str) -> "VllmEngine":
-        """Build the engine in this process, checking every argument first."""
+              pad_token_id: int, seed: int, device_kind: str,
+              group_rank: tuple[int, int] | None = None) -> "VllmEngine":
+        """Build the engine in this process, checking every argument first.
+
+        group_rank: (rank, local rank) of this process in the workers'
+        process group, when there is one: an engine over several ranks
+        (TP > 1) is then built with vLLM's external launcher, which reads them
+        from the environment as torchrun would set them."""
         # Set before vLLM is first imported. The engine core runs in this
         # process: it shares the device with the actor and takes the weights
         # by reference (no pickling of tensors).
@@ -141,8 +155,14 @@ class VllmEngine:
         if device_kind == "cpu":  # GiB of KV cache; vLLM's CPU default (4) is a laptop's worth
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         check_vllm_usable(device_kind)
+        if group_rank is not None:
+            os.environ["RANK"], os.environ["LOCAL_RANK"] = map(str, group_rank)
+            tp = cfg.actor_rollout_ref.rollout.tensor_model_parallel_size
+            if device_kind == "cpu" and tp > 1:
+                remove_stale_cpu_shm(group_rank[0], tp)
         args = engine_arguments(cfg, model_path=model_path, max_model_len=max_model_len,
-                                seed=seed, device_kind=device_kind)
+                                seed=seed, device_kind=device_kind,
+                                in_process_group=group_rank is not None)
         check_engine_arguments(args)
         from vllm import LLM
         # Bucketed reloads leave every layer outside the bucket as it was, and
@@ -229,6 +249,26 @@ class VllmEngine:
         if wanted:
             self.llm.wake_up(tags=wanted)
             self._asleep -= set(wanted)
+
+
+def remove_stale_cpu_shm(rank: int, tp: int, folder: str = "/dev/shm") -> list[str]:
+    """Delete the shared-memory segment this rank's tensor-parallel group
+    would create on CPU, if a previous run left it behind.
+
+    vLLM's CPU communicator names it after the group's ranks only
+    ("<ident>-tp:<n>-[r0-r1]-cpushm_<i>", the same in every run under the
+    external launcher), and a run whose workers were killed never unlinks
+    it, so the next run would fail with "create shm ... errno 17". Two live
+    runs on one host cannot share the name either way."""
+    import glob
+    first = rank - rank % tp
+    ranks = "-".join(str(r) for r in range(first, first + tp))
+    removed = []
+    for path in glob.glob(os.path.join(folder, f"*-tp:*-[[]{ranks}[]]-cpushm_{rank - first}")):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+            removed.append(path)
+    return removed
 
 
 def _sampled_logprobs(completion) -> list[float]:

@@ -116,11 +116,14 @@ class PolicyRank:
         spec, rollout = self.spec, self.spec.cfg.actor_rollout_ref.rollout
         if rollout.name == "vllm":
             from thinkrl.rollout.vllm_engine import VllmEngine
+            # The ranks of one tensor-parallel engine draw the same seeds.
+            engine_index = spec.rank // rollout.tensor_model_parallel_size
             engine = VllmEngine.start(
                 spec.cfg, model_path=spec.model_path,
                 max_model_len=spec.sizes.prompt_length + spec.sizes.response_length,
                 eos_token_ids=list(spec.eos_token_ids), pad_token_id=spec.pad_token_id,
-                seed=spec.sampling_seed, device_kind=self.device.type)
+                seed=sampling_seed(spec.cfg, rank=engine_index), device_kind=self.device.type,
+                group_rank=(spec.rank, self._local_rank()) if sharded else None)
             engine.update_weights(self.actor.weights())
             return engine
         return NativeEngine(
@@ -128,6 +131,14 @@ class PolicyRank:
             seed=spec.sampling_seed, autocast=self.autocast,
             gather=(lambda: fsdp.gathered(model)) if sharded else contextlib.nullcontext,
             device=self.device)
+
+    def _local_rank(self) -> int:
+        """This rank's index among the devices its process sees: 0 on an
+        accelerator (Ray shows each rank only its own), its slot on the node
+        on a CPU (vLLM binds threads by it)."""
+        if self.device.type != "cpu":
+            return 0
+        return self.spec.rank % self.spec.cfg.trainer.n_gpus_per_node
 
     def sync_engine(self) -> None:
         """The actor's current weights into an engine that holds its own copy

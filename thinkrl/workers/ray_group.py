@@ -376,17 +376,28 @@ class ReferenceHandle:
 
 
 class EngineHandle:
-    """The rollout engines of all ranks: each generates for a consecutive
-    share of the prompts (a prompt's G responses on one rank)."""
+    """The rollout engines of all ranks: each engine generates for a
+    consecutive share of the prompts (a prompt's G responses on one engine).
+    An engine spans `rollout.tensor_model_parallel_size` consecutive ranks
+    (vllm; the native engine is one rank): all of them get the same share,
+    and the first one's responses are kept (the others computed the same)."""
 
     def __init__(self, group: RayWorkerGroup) -> None:
         self.group = group
+        rollout = group.spec.cfg.actor_rollout_ref.rollout
+        self.ranks_per_engine = rollout.tensor_model_parallel_size if rollout.name == "vllm" else 1
 
     def generate(self, prompts: PromptBatch, params: SamplingParams) -> Rollouts:
-        shares = contiguous_shares(len(prompts), self.group.world_size)
+        tp = self.ranks_per_engine
+        shares = contiguous_shares(len(prompts), self.group.world_size // tp)
         parts = self.group.call_all("gen", "generate",
-                                    [(prompts.select(rows), params) for rows in shares])
-        return Rollouts.concat(parts, pad_token_id=self.group.spec.pad_token_id)
+                                    [(prompts.select(shares[r // tp]), params)
+                                     for r in range(self.group.world_size)])
+        for r, part in enumerate(parts):  # one engine's ranks must agree token for token
+            if r % tp and not torch.equal(part.response_ids, parts[r - r % tp].response_ids):
+                raise RuntimeError(f"rank {r} of a tensor-parallel vLLM engine generated other "
+                                   f"tokens than rank {r - r % tp}: its workers are out of step")
+        return Rollouts.concat(parts[::tp], pad_token_id=self.group.spec.pad_token_id)
 
     def update_weights(self, named_tensors) -> None:
         """Rank by rank, each engine from its own actor: the native engine
