@@ -23,6 +23,7 @@ from thinkrl.checkpoint.lock import RunLock
 from thinkrl.checkpoint.resume import checkpoint_to_resume
 from thinkrl.checkpoint.state import Progress, load_checkpoint
 from thinkrl.config import Config, DerivedSizes, execution_backend, inactive_settings, validate
+from thinkrl.config.critic_checks import uses_critic
 from thinkrl.config.loading import config_to_dict
 from thinkrl.data.dataset import Prompt, PromptLoader, load_prompts
 from thinkrl.data.templates import stop_token_ids
@@ -39,6 +40,7 @@ from thinkrl.workers.policy_rank import PolicyRank, RankSpec, sampling_seed
 
 if TYPE_CHECKING:
     from thinkrl.workers.actor import ActorWorker
+    from thinkrl.workers.critic import CriticWorker
     from thinkrl.workers.ray_group import ActorHandle, ReferenceHandle
     from thinkrl.workers.reference import ReferenceWorker
 
@@ -78,6 +80,8 @@ class Run:
     """Stops the run when most responses fail to score (reward.max_failure_rate)."""
     lock: RunLock | None = None
     """This run's exclusive hold on run_dir (thinkrl.checkpoint.lock); close() frees it."""
+    critic: CriticWorker | None = None
+    """PPO's value model and its update (algorithm.adv_estimator=gae); None otherwise."""
 
     def close(self) -> None:
         """Stop the scoring workers and the Ray workers, close the logger sinks,
@@ -109,6 +113,12 @@ def check_backend(cfg: Config) -> None:
             raise SetupError(f"trainer.backend=ray needs FSDP2's summed gradient reduction, "
                              f"which torch {torch.__version__} lacks",
                              "install torch >= 2.8 (the Makefile's TORCH_SPEC pins 2.13.0)")
+    if execution_backend(cfg) == "ray" and uses_critic(cfg):
+        raise SetupError("PPO with a critic (algorithm.adv_estimator=gae) runs with trainer.backend=local "
+                         "for now: the ray backend has no critic role yet",
+                         "train on one device (trainer.n_gpus_per_node=1 trainer.nnodes=1 "
+                         "trainer.backend=local), or use a critic-free estimator (grpo, rloo, "
+                         "reinforce_plus_plus, ...) on several")
     if cfg.actor_rollout_ref.rollout.name != "native":
         raise SetupError(f"actor_rollout_ref.rollout.name={cfg.actor_rollout_ref.rollout.name} "
                          "is not available in this release", "use rollout.name=native")
@@ -190,7 +200,7 @@ def _assemble(cfg: Config, sizes: DerivedSizes, *, log=print) -> Run:
                   metrics_log=metrics_log,
                   kl_controller=_kl_controller(cfg), sync=sync,
                   close_workers=close_workers,
-                  reward_breaker=FailureBreaker.from_config(cfg.reward))
+                  reward_breaker=FailureBreaker.from_config(cfg.reward), critic=roles.critic)
     except BaseException:
         close_workers()
         raise
@@ -221,13 +231,15 @@ class Roles:
     """Waits for the device's queued work (a no-op when Ray calls already waited)."""
     close: Callable[[], None]
     """Stops the workers (ray backend)."""
+    critic: CriticWorker | None = None
+    """The value model (algorithm.adv_estimator=gae; local backend)."""
 
 
 def build_roles(spec: RankSpec, *, log=print) -> Roles:
     if execution_backend(spec.cfg) == "local":
         rank = PolicyRank(spec)
         return Roles(rank.actor, rank.reference, rank.engine, synchronizer(rank.device),
-                     close=lambda: None)
+                     close=lambda: None, critic=rank.critic)
     from thinkrl.workers.ray_group import RayWorkerGroup
     group = RayWorkerGroup.start(spec, log=log)
     return Roles(group.actor, group.reference, group.engine, sync=lambda: None, close=group.close)

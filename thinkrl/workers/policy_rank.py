@@ -30,6 +30,7 @@ from thinkrl.records import PromptBatch, Rollouts
 from thinkrl.rollout.base import SamplingParams
 from thinkrl.rollout.native import NativeEngine
 from thinkrl.workers.actor import ActorWorker
+from thinkrl.workers.critic import build_critic
 from thinkrl.workers.mini_batches import MiniBatch
 from thinkrl.workers.reference import ReferenceWorker
 
@@ -107,6 +108,9 @@ class PolicyRank:
             self.reference = ReferenceWorker(
                 ref_model, micro_batch_size=sizes.ref_log_prob_micro_batch_size_per_device,
                 temperature=rollout.temperature, autocast=self.autocast, device=self.device)
+        # PPO with a critic (algorithm.adv_estimator=gae): the value model, else None.
+        self.critic = (build_critic(spec, device=self.device, autocast=self.autocast)
+                       if spec.sizes.critic is not None else None)
         self.engine = NativeEngine(
             model, eos_token_ids=list(spec.eos_token_ids), pad_token_id=spec.pad_token_id,
             seed=spec.sampling_seed, autocast=self.autocast,
