@@ -23,7 +23,7 @@ def _explain(path: str, what: str, err: Exception, *, key: str = "actor_rollout_
                       f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})")
 
 
-def damaged_model(path: str, err: Exception) -> ValueError:
+def damaged_model(path: str, err: Exception, *, key: str = "actor_rollout_ref.model.path") -> ValueError:
     """A model folder whose files do not load: a truncated or corrupt
     safetensors file, or weights whose shapes do not match config.json."""
     text = str(err).strip().splitlines()
@@ -31,7 +31,7 @@ def damaged_model(path: str, err: Exception) -> ValueError:
         what = "its weights do not match the shapes config.json describes"
     else:
         what = "a weight file does not read (truncated or corrupt?)"
-    return ValueError(f"actor_rollout_ref.model.path={path!r}: cannot load the model: {what} "
+    return ValueError(f"{key}={path!r}: cannot load the model: {what} "
                       f"({type(err).__name__}: {text[0] if text else ''}). Re-download or "
                       "re-export the model folder, or fix config.json")
 

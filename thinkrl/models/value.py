@@ -27,19 +27,22 @@ def load_value_model(path: str, *, dtype: torch.dtype, device: torch.device, tru
     from its own generator seeded with `seed`, so building the critic neither
     depends on nor moves the global RNG (a GRPO run and a resumed run see the
     same global stream)."""
-    from transformers import AutoModelForTokenClassification
+    from transformers import AutoConfig, AutoModelForTokenClassification
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    # classifier_dropout 0: verl's setting; the value must be a function of the weights.
-    options = {"num_labels": 1, "classifier_dropout": 0.0, **(override_config or {})}
     level = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # "newly initialized: score.weight" is the point here
     try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code,
+                                            **(override_config or {}))
+        # One output per token; no dropout on it (verl's settings): the value
+        # must be a function of the weights.
+        config.num_labels, config.classifier_dropout = 1, 0.0
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model = AutoModelForTokenClassification.from_pretrained(
-                path, dtype=dtype, trust_remote_code=trust_remote_code, **options)
+                path, config=config, dtype=dtype, trust_remote_code=trust_remote_code)
     except ValueError as err:
         if "Unrecognized configuration class" in str(err):
             raise ValueError(f"critic.model.path={path!r}: its architecture has no token-classification "
@@ -49,7 +52,7 @@ def load_value_model(path: str, *, dtype: torch.dtype, device: torch.device, tru
     except OSError as err:
         raise _explain(path, "value model", err, key="critic.model.path") from None
     except Exception as err:  # safetensors' own error types, transformers' size mismatch
-        raise damaged_model(path, err) from None
+        raise damaged_model(path, err, key="critic.model.path") from None
     finally:
         hf_logging.set_verbosity(level)
     return prepare_for_training(model, device=device, gradient_checkpointing=gradient_checkpointing)
