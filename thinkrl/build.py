@@ -102,6 +102,12 @@ class Run:
 
 
 def check_backend(cfg: Config) -> None:
+    if execution_backend(cfg) == "ray" and uses_critic(cfg):
+        raise SetupError("PPO with a critic (algorithm.adv_estimator=gae) runs with trainer.backend=local "
+                         "for now: the ray backend has no critic role yet",
+                         "train on one device (trainer.n_gpus_per_node=1 trainer.nnodes=1 "
+                         "trainer.backend=local), or use a critic-free estimator (grpo, rloo, "
+                         "reinforce_plus_plus, ...) on several")
     if execution_backend(cfg) == "ray":
         devices = cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes
         if importlib.util.find_spec("ray") is None:
@@ -113,12 +119,6 @@ def check_backend(cfg: Config) -> None:
             raise SetupError(f"trainer.backend=ray needs FSDP2's summed gradient reduction, "
                              f"which torch {torch.__version__} lacks",
                              "install torch >= 2.8 (the Makefile's TORCH_SPEC pins 2.13.0)")
-    if execution_backend(cfg) == "ray" and uses_critic(cfg):
-        raise SetupError("PPO with a critic (algorithm.adv_estimator=gae) runs with trainer.backend=local "
-                         "for now: the ray backend has no critic role yet",
-                         "train on one device (trainer.n_gpus_per_node=1 trainer.nnodes=1 "
-                         "trainer.backend=local), or use a critic-free estimator (grpo, rloo, "
-                         "reinforce_plus_plus, ...) on several")
     if cfg.actor_rollout_ref.rollout.name != "native":
         raise SetupError(f"actor_rollout_ref.rollout.name={cfg.actor_rollout_ref.rollout.name} "
                          "is not available in this release", "use rollout.name=native")
