@@ -23,7 +23,6 @@ from thinkrl.checkpoint.lock import RunLock
 from thinkrl.checkpoint.resume import checkpoint_to_resume
 from thinkrl.checkpoint.state import Progress, load_checkpoint
 from thinkrl.config import Config, DerivedSizes, execution_backend, inactive_settings, validate
-from thinkrl.config.critic_checks import uses_critic
 from thinkrl.config.loading import config_to_dict
 from thinkrl.data.dataset import Prompt, PromptLoader, load_prompts
 from thinkrl.data.templates import stop_token_ids
@@ -41,6 +40,7 @@ from thinkrl.workers.policy_rank import PolicyRank, RankSpec, sampling_seed
 if TYPE_CHECKING:
     from thinkrl.workers.actor import ActorWorker
     from thinkrl.workers.critic import CriticWorker
+    from thinkrl.workers.ray_critic import CriticHandle
     from thinkrl.workers.ray_group import ActorHandle, ReferenceHandle
     from thinkrl.workers.reference import ReferenceWorker
 
@@ -80,7 +80,7 @@ class Run:
     """Stops the run when most responses fail to score (reward.max_failure_rate)."""
     lock: RunLock | None = None
     """This run's exclusive hold on run_dir (thinkrl.checkpoint.lock); close() frees it."""
-    critic: CriticWorker | None = None
+    critic: CriticWorker | CriticHandle | None = None
     """PPO's value model and its update (algorithm.adv_estimator=gae); None otherwise."""
 
     def close(self) -> None:
@@ -102,12 +102,6 @@ class Run:
 
 
 def check_backend(cfg: Config) -> None:
-    if execution_backend(cfg) == "ray" and uses_critic(cfg):
-        raise SetupError("PPO with a critic (algorithm.adv_estimator=gae) runs with trainer.backend=local "
-                         "for now: the ray backend has no critic role yet",
-                         "train on one device (trainer.n_gpus_per_node=1 trainer.nnodes=1 "
-                         "trainer.backend=local), or use a critic-free estimator (grpo, rloo, "
-                         "reinforce_plus_plus, ...) on several")
     if execution_backend(cfg) == "ray":
         devices = cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes
         if importlib.util.find_spec("ray") is None:
@@ -231,8 +225,8 @@ class Roles:
     """Waits for the device's queued work (a no-op when Ray calls already waited)."""
     close: Callable[[], None]
     """Stops the workers (ray backend)."""
-    critic: CriticWorker | None = None
-    """The value model (algorithm.adv_estimator=gae; local backend)."""
+    critic: CriticWorker | CriticHandle | None = None
+    """The value model (algorithm.adv_estimator=gae), or None."""
 
 
 def build_roles(spec: RankSpec, *, log=print) -> Roles:
@@ -242,7 +236,8 @@ def build_roles(spec: RankSpec, *, log=print) -> Roles:
                      close=lambda: None, critic=rank.critic)
     from thinkrl.workers.ray_group import RayWorkerGroup
     group = RayWorkerGroup.start(spec, log=log)
-    return Roles(group.actor, group.reference, group.engine, sync=lambda: None, close=group.close)
+    return Roles(group.actor, group.reference, group.engine, sync=lambda: None, close=group.close,
+                 critic=group.critic)
 
 
 def total_training_steps(cfg: Config, *, batches_per_epoch: int) -> int:

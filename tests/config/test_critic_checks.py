@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from thinkrl.build import check_backend
 from thinkrl.config import inactive_settings, load_config, validate
-from thinkrl.errors import SetupError
 
 ARR = "actor_rollout_ref"
 PPO = ["algorithm.adv_estimator=gae", "data.train_batch_size=8", f"{ARR}.actor.ppo_mini_batch_size=4",
@@ -70,10 +68,3 @@ def test_critic_keys_are_noted_when_no_critic_is_built():
     assert with_critic == ["critic.model.use_remove_padding=True has no effect: a verl option that thinkrl's "
                            "critic does not implement (or, for rollout_n and model.tokenizer_path, takes from "
                            "the actor)"]
-
-
-def test_the_ray_backend_refuses_a_critic_at_start():
-    with pytest.raises(SetupError, match="runs with trainer.backend=local for now") as err:
-        check_backend(load_config(None, [*PPO, "trainer.n_gpus_per_node=2"]))
-    assert "trainer.n_gpus_per_node=1" in str(err.value)
-    check_backend(load_config(None, PPO))  # one device: the local backend

@@ -74,6 +74,12 @@ def inactive_settings(cfg: Config) -> list[str]:
         if execution_backend(cfg) == "local":
             note(tuple(f"critic.model.fsdp_config.{k}" for k in fsdp) + ("critic.strategy",),
                  "trainer.backend=local runs in one process without FSDP sharding")
+        else:
+            note(tuple(f"critic.model.fsdp_config.{k}" for k in fsdp[3:]),
+                 "thinkrl shards each decoder layer, then the root, over all devices (FSDP2)")
+            if cfg.trainer.device == "cpu":
+                note(tuple(f"critic.model.fsdp_config.{k}" for k in fsdp[:3]),
+                     "the model is in host memory already (trainer.device=cpu)")
     if cfg.algorithm.adv_estimator not in ("reinforce_plus_plus", "gae"):
         note(("algorithm.gamma",), "only reinforce_plus_plus and gae discount rewards")
     if cfg.algorithm.adv_estimator not in ("grpo", "grpo_passk"):

@@ -52,7 +52,7 @@ class CriticModelConfig:
     target_modules: str | list[str] = "all-linear"
     """Modules that receive LoRA adapters."""
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
-    """Sharding of the critic (the ray backend; PPO with a critic runs on the local backend for now)."""
+    """Sharding of the critic on the ray backend (FSDP2 over all devices, as the actor)."""
 
 
 @dataclass

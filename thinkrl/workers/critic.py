@@ -22,16 +22,15 @@ from torch import Tensor
 
 from thinkrl.algos.gae import value_loss
 from thinkrl.algos.losses import LossScale
-from thinkrl.checkpoint.state import copy_weights, read_weights
+from thinkrl.checkpoint.sharded import CRITIC_FILES, is_sharded_checkpoint, load_actor_state, save_actor_shards
 from thinkrl.config.critic_checks import CriticSizes
 from thinkrl.config.schema import CriticConfig
 from thinkrl.models.value import response_values
+from thinkrl.parallel.distributed import sum_over_ranks
+from thinkrl.parallel.fsdp import full_tensor, is_sharded
 from thinkrl.records import CriticBatch
 from thinkrl.workers.actor import make_lr_schedule, restore_schedule
-from thinkrl.workers.mini_batches import plan_mini_batches
-
-CRITIC_DIR = "critic"
-CRITIC_OPTIMIZER_FILE = "critic_optimizer.pt"
+from thinkrl.workers.mini_batches import MiniBatch, plan_mini_batches
 
 
 class CriticWorker:
@@ -73,13 +72,22 @@ class CriticWorker:
             self.model.train(was_training)
         return torch.cat(chunks)
 
+    def plan(self, batch: CriticBatch, *, generator: torch.Generator | None = None) -> list[MiniBatch]:
+        """critic.ppo_epochs passes over `batch`, cut into mini-batches of
+        critic.ppo_mini_batch_size prompts (shuffled when critic.shuffle)."""
+        return plan_mini_batches(batch, mini_batch_size=self.sizes.responses_per_mini_batch,
+                                 epochs=self.sizes.ppo_epochs, shuffle=self.sizes.shuffle,
+                                 generator=generator or self.shuffle_generator,
+                                 response_length=self.response_length)
+
     def update_critic(self, batch: CriticBatch) -> dict[str, float]:
-        """critic.ppo_epochs passes over `batch`, one optimizer step per mini-batch of
-        critic.ppo_mini_batch_size prompts, then one LR-schedule step. Metrics are the
-        mean over the mini-batches (verl sums critic/vf_loss over them instead)."""
-        minis = plan_mini_batches(batch, mini_batch_size=self.sizes.responses_per_mini_batch,
-                                  epochs=self.sizes.ppo_epochs, shuffle=self.sizes.shuffle,
-                                  generator=self.shuffle_generator, response_length=self.response_length)
+        """The value regression on `batch` (N responses): `update_on(plan(batch))`."""
+        return self.update_on(self.plan(batch))
+
+    def update_on(self, minis: list[MiniBatch]) -> dict[str, float]:
+        """One optimizer step per mini-batch (this rank's share of it, with the whole
+        mini-batch's normalisers), then one LR-schedule step. Metrics are the mean over
+        the mini-batches (verl sums critic/vf_loss over them instead)."""
         totals: dict[str, float] = {}
         for mini in minis:
             for key, value in self._train_mini_batch(mini.batch, mini.scale).items():
@@ -110,7 +118,9 @@ class CriticWorker:
             loss.backward()
             for key, value in micro_metrics.items():  # shares of the mini-batch: sum them
                 metrics[key] = metrics.get(key, 0.0) + value
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        metrics = sum_over_ranks(metrics, device=self.device)  # every rank's share
+        # Over the whole model: with sharded parameters the norm is a DTensor.
+        grad_norm = full_tensor(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip))
         if torch.isfinite(grad_norm):
             self.optimizer.step()
         else:  # as verl: skip the step, keep the weights
@@ -119,21 +129,23 @@ class CriticWorker:
         return metrics
 
     def save(self, folder: Path) -> None:
-        """Weights as a Hugging Face folder (folder/critic, loadable as critic.model.path)
-        and AdamW's state (folder/critic_optimizer.pt)."""
-        self.model.save_pretrained(folder / CRITIC_DIR)
-        torch.save(self.optimizer.state_dict(), folder / CRITIC_OPTIMIZER_FILE)
+        """Weights and AdamW's state in the layout that fits the model (as the actor's,
+        `thinkrl.checkpoint.sharded.CRITIC_FILES`): shards under folder/critic_dcp (every
+        rank calls this), or a Hugging Face folder (folder/critic, loadable as
+        critic.model.path) and folder/critic_optimizer.pt."""
+        if is_sharded(self.model):
+            save_actor_shards(self.model, self.optimizer, folder, CRITIC_FILES)
+            return
+        self.model.save_pretrained(folder / CRITIC_FILES.hf_dir)
+        torch.save(self.optimizer.state_dict(), folder / CRITIC_FILES.optimizer_file)
 
     def load(self, folder: Path) -> None:
-        """Weights and optimizer state of a checkpoint, both read before either is set."""
-        if not (folder / CRITIC_DIR).is_dir():
+        """Weights and optimizer state of a checkpoint in either layout (read before set)."""
+        if not ((folder / CRITIC_FILES.hf_dir).is_dir() or is_sharded_checkpoint(folder, CRITIC_FILES)):
             raise ValueError(f"{folder}: the checkpoint holds no critic (saved by a run without "
                              "algorithm.adv_estimator=gae); resume a PPO run from its own checkpoints, or "
                              "start afresh with trainer.resume_mode=disable")
-        saved_optimizer = torch.load(folder / CRITIC_OPTIMIZER_FILE, map_location="cpu", weights_only=True)
-        tensors = read_weights(self.model, folder / CRITIC_DIR)
-        copy_weights(self.model, tensors, folder / CRITIC_DIR)
-        self.optimizer.load_state_dict(saved_optimizer)
+        load_actor_state(self.model, self.optimizer, folder, CRITIC_FILES)
 
     def state_dict(self) -> dict:
         """The LR schedule's position and the mini-batch shuffle generator (the
@@ -142,17 +154,23 @@ class CriticWorker:
                 "shuffle_generator": self.shuffle_generator.get_state()}
 
     def load_state_dict(self, state: dict) -> None:
-        """As `ActorWorker.load_schedule`: the schedule's base rate from this run's critic.optim.lr."""
-        restore_schedule(self.scheduler, state["scheduler"], lr=self.cfg.optim.lr)
+        self.load_schedule(state["scheduler"])
         self.shuffle_generator.set_state(state["shuffle_generator"])
 
+    def load_schedule(self, scheduler_state: dict) -> None:
+        """As `ActorWorker.load_schedule`: the schedule's base rate from this run's critic.optim.lr."""
+        restore_schedule(self.scheduler, scheduler_state, lr=self.cfg.optim.lr)
 
-def build_critic(spec, *, device: torch.device, autocast: Callable[[], ContextManager]) -> CriticWorker:
+
+def build_critic(spec, *, device: torch.device, autocast: Callable[[], ContextManager],
+                 compute_dtype: torch.dtype, param_offload: bool) -> CriticWorker:
     """The critic of a rank (`spec` is its `thinkrl.workers.policy_rank.RankSpec`): the value
-    model of critic.model.path (the actor's model path when unset) and its optimizer."""
+    model of critic.model.path (the actor's model path when unset), sharded over the ranks
+    like the actor when there are several, and its optimizer."""
     from thinkrl import builtin
     from thinkrl.models.loading import check_model_fits
     from thinkrl.models.value import load_value_model
+    from thinkrl.parallel import fsdp
 
     cfg, critic = spec.cfg, spec.cfg.critic
     path = spec.model_path if critic.model.path is None else builtin.resolve_model_path(critic.model.path)
@@ -163,6 +181,8 @@ def build_critic(spec, *, device: torch.device, autocast: Callable[[], ContextMa
         override_config=critic.model.override_config,
         gradient_checkpointing=critic.model.enable_gradient_checkpointing, seed=cfg.trainer.seed)
     check_model_fits(model, spec.tokenizer_size, spec.sizes, model_path=path)
+    if spec.world_size > 1:
+        fsdp.parallelize(model, compute_dtype=compute_dtype, param_offload=param_offload)
     return CriticWorker(model, critic, spec.sizes.critic, total_steps=spec.total_steps,
                         response_length=spec.sizes.response_length, seed=critic.data_loader_seed,
                         autocast=autocast, device=device)

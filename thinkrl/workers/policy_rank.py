@@ -80,7 +80,8 @@ class PolicyRank:
         sharded = spec.world_size > 1
         device_name = spec.device or cfg.trainer.device
         self.device = bind_rank_device(device_name) if sharded else resolve_device(device_name)
-        offload = self._offload(arr.actor.fsdp_config), self._offload(arr.ref.fsdp_config)
+        offload = (self._offload(arr.actor.fsdp_config), self._offload(arr.ref.fsdp_config),
+                   self._offload(cfg.critic.model.fsdp_config) and spec.sizes.critic is not None)
         if sharded:
             init_process_group(rank=spec.rank, world_size=spec.world_size,
                                init_method=spec.init_method, device=self.device,
@@ -109,7 +110,8 @@ class PolicyRank:
                 ref_model, micro_batch_size=sizes.ref_log_prob_micro_batch_size_per_device,
                 temperature=rollout.temperature, autocast=self.autocast, device=self.device)
         # PPO with a critic (algorithm.adv_estimator=gae): the value model, else None.
-        self.critic = (build_critic(spec, device=self.device, autocast=self.autocast)
+        self.critic = (build_critic(spec, device=self.device, autocast=self.autocast,
+                                    compute_dtype=dtype, param_offload=offload[2])
                        if spec.sizes.critic is not None else None)
         self.engine = NativeEngine(
             model, eos_token_ids=list(spec.eos_token_ids), pad_token_id=spec.pad_token_id,
@@ -152,6 +154,27 @@ class PolicyRank:
 
     def weight_stats(self) -> dict:
         return self.actor.weight_stats()
+
+    # The critic's stages (PPO with a critic; thinkrl.workers.critic).
+    def compute_values(self, input_ids, attention_mask, position_ids, *,
+                       response_length: int) -> torch.Tensor:
+        return self.critic.compute_values(input_ids, attention_mask, position_ids,
+                                          response_length=response_length)
+
+    def update_critic_on(self, minis: list[MiniBatch]) -> dict[str, float]:
+        return self.critic.update_on(minis)
+
+    def save_critic(self, folder: str) -> None:
+        self.critic.save(Path(folder))
+
+    def load_critic(self, folder: str) -> None:
+        self.critic.load(Path(folder))
+
+    def critic_schedule_state(self) -> dict:
+        return {"scheduler": self.critic.scheduler.state_dict()}
+
+    def load_critic_schedule_state(self, state: dict) -> None:
+        self.critic.load_schedule(state["scheduler"])
 
     # Checkpoints: every rank writes its shards; any layout loads (ActorWorker.save/load).
     def save_actor(self, folder: str) -> None:

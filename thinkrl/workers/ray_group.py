@@ -105,6 +105,11 @@ class RayWorkerGroup:
         self.actor = ActorHandle(self)
         self.reference = ReferenceHandle(self) if spec.with_reference else None
         self.engine = EngineHandle(self)
+        # PPO with a critic (algorithm.adv_estimator=gae): every rank holds a shard of it.
+        self.critic = None
+        if spec.sizes.critic is not None:
+            from thinkrl.workers.ray_critic import CriticHandle  # it imports this module
+            self.critic = CriticHandle(self)
 
     @classmethod
     def start(cls, spec: RankSpec, *, log=print) -> "RayWorkerGroup":
