@@ -5,7 +5,8 @@
                           model.safetensors (float32 master weights), tokenizer files
       optimizer.pt        AdamW moments and step counts, param groups (lr as last set)
       critic/             PPO with a critic only: the value model as a Hugging Face
-                          folder (loadable as critic.model.path)
+                          folder (loadable as critic.model.path), or critic_dcp/
+                          (shards, ray backend; see thinkrl.checkpoint.sharded)
       critic_optimizer.pt its AdamW state (its LR schedule and shuffle generator
                           are in trainer_state.pt)
       trainer_state.pt    LR schedule, loader (epoch, position), the actor's shuffle
