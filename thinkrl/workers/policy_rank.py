@@ -1,4 +1,5 @@
-"""The roles of one device: actor, reference and rollout engine, built from a spec.
+"""The roles of one device: actor, reference, rollout engine and (PPO with a
+critic) the critic, built from a spec.
 
 A `PolicyRank` is a plain class. The local backend builds one in the
 driver's process; the ray backend builds one per device inside a Ray actor
@@ -7,7 +8,8 @@ FSDP2-sharded models. Either way the roles are the same classes and each
 rank builds its own models from the spec: the actor from the model path,
 the reference from the same path again (the *initial* weights, whatever the
 actor resumes), the engine on the actor's module (colocated: the optimizer
-step is the weight sync, and a sharded module is gathered once per rollout).
+step is the weight sync, and a sharded module is gathered once per rollout),
+the critic from critic.model.path (`thinkrl.workers.critic.build_critic`).
 
 Only CPU tensors and plain values go in and come out (`RankSpec` and every
 method's arguments and results).
