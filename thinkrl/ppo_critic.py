@@ -45,6 +45,8 @@ def update_critic(run: Run, batch: TrainBatch, *, rewards: Tensor, values: Tenso
         return {}
     algo = run.cfg.algorithm
     mask = batch.response_mask
+    # The same GAE pass as the advantages' (the registry's estimators return one
+    # tensor each); a loop over R tokens on the CPU, negligible beside a forward pass.
     _, returns = gae_advantages_and_returns(rewards, values, mask, gamma=algo.gamma, lam=algo.lam)
     with timer("update_critic"):
         metrics = run.critic.update_critic(CriticBatch(
