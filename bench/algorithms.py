@@ -1,6 +1,6 @@
 """Held-out accuracy of the tiny recipe after the same number of steps, per algorithm.
 
-    .venv/bin/python bench/algorithms.py [--steps 40] [--recipes tiny rloo reinforce_plus_plus dapo]
+    .venv/bin/python bench/algorithms.py [--steps 40] [--recipes tiny rloo reinforce_plus_plus dapo ppo]
                                          [key=value ...]
 
 Each recipe (`thinkrl/recipes/<name>.yaml`; `tiny` is GRPO) trains `--steps`
@@ -12,6 +12,8 @@ One seed each: differences of a few points are noise.
 
 DAPO's dynamic sampling generates more prompts per step than the others (see
 its `train/num_gen_batches` column), so at equal steps it has seen more data.
+PPO (`ppo`, adv_estimator=gae) also trains its critic each step, which costs
+about one more forward and backward pass over the step's responses.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from thinkrl.commands.common import recipe_path
 from thinkrl.config import load_config
 from thinkrl.trainer import train
 
-DEFAULT_RECIPES = ["tiny", "rloo", "reinforce_plus_plus", "dapo"]
+DEFAULT_RECIPES = ["tiny", "rloo", "reinforce_plus_plus", "dapo", "ppo"]
 ACC = "val-core/thinkrl/arith/acc/mean@1"
 REWARD = "val-core/thinkrl/arith/reward/mean@1"
 

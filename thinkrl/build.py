@@ -39,6 +39,8 @@ from thinkrl.workers.policy_rank import PolicyRank, RankSpec, sampling_seed
 
 if TYPE_CHECKING:
     from thinkrl.workers.actor import ActorWorker
+    from thinkrl.workers.critic import CriticWorker
+    from thinkrl.workers.ray_critic import CriticHandle
     from thinkrl.workers.ray_group import ActorHandle, ReferenceHandle
     from thinkrl.workers.reference import ReferenceWorker
 
@@ -78,6 +80,8 @@ class Run:
     """Stops the run when most responses fail to score (reward.max_failure_rate)."""
     lock: RunLock | None = None
     """This run's exclusive hold on run_dir (thinkrl.checkpoint.lock); close() frees it."""
+    critic: CriticWorker | CriticHandle | None = None
+    """PPO's value model and its update (algorithm.adv_estimator=gae); None otherwise."""
 
     def close(self) -> None:
         """Stop the scoring workers and the Ray workers, close the logger sinks,
@@ -206,7 +210,7 @@ def _assemble(cfg: Config, sizes: DerivedSizes, *, log=print) -> Run:
                   metrics_log=metrics_log,
                   kl_controller=_kl_controller(cfg), sync=sync,
                   close_workers=close_workers,
-                  reward_breaker=FailureBreaker.from_config(cfg.reward))
+                  reward_breaker=FailureBreaker.from_config(cfg.reward), critic=roles.critic)
     except BaseException:
         close_workers()
         raise
@@ -238,16 +242,19 @@ class Roles:
     """Waits for the device's queued work (a no-op when Ray calls already waited)."""
     close: Callable[[], None]
     """Stops the workers (ray backend)."""
+    critic: CriticWorker | CriticHandle | None = None
+    """The value model (algorithm.adv_estimator=gae), or None."""
 
 
 def build_roles(spec: RankSpec, *, log=print) -> Roles:
     if execution_backend(spec.cfg) == "local":
         rank = PolicyRank(spec)
         return Roles(rank.actor, rank.reference, rank.engine, synchronizer(rank.device),
-                     close=getattr(rank.engine, "close", lambda: None))
+                     close=getattr(rank.engine, "close", lambda: None), critic=rank.critic)
     from thinkrl.workers.ray_group import RayWorkerGroup
     group = RayWorkerGroup.start(spec, log=log)
-    return Roles(group.actor, group.reference, group.engine, sync=lambda: None, close=group.close)
+    return Roles(group.actor, group.reference, group.engine, sync=lambda: None, close=group.close,
+                 critic=group.critic)
 
 
 def total_training_steps(cfg: Config, *, batches_per_epoch: int) -> int:

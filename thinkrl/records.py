@@ -127,3 +127,26 @@ class TrainBatch:
                           self.position_ids[index], self.response_mask[index],
                           self.advantages[index], pick(self.old_logprobs),
                           pick(self.ref_logprobs))
+
+
+@dataclass(slots=True)
+class CriticBatch:
+    """Everything the critic update needs, for N responses (PPO with a critic)."""
+
+    input_ids: Tensor  # [N, P + R]
+    attention_mask: Tensor  # [N, P + R]
+    position_ids: Tensor  # [N, P + R]
+    response_mask: Tensor  # [N, R] float, 1 for response tokens
+    values: Tensor  # [N, R] V_old, the critic's values at rollout time
+    returns: Tensor  # [N, R] GAE returns, the regression target
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    @property
+    def response_length(self) -> int:
+        return self.response_mask.shape[1]
+
+    def select(self, index: Tensor | slice) -> "CriticBatch":
+        """The rows at `index` (a slice or a LongTensor of row numbers)."""
+        return CriticBatch(*(getattr(self, name)[index] for name in self.__slots__))

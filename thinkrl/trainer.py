@@ -6,6 +6,8 @@ the group mean, divided by the group std (`norm_adv_by_std_in_grpo`); update
 the policy with the PPO clipped objective plus a KL loss to the frozen
 reference (`use_kl_loss`, k3 by default) instead of a KL penalty in the
 reward. All normalisers span the whole mini-batch (see `thinkrl.algos.losses`).
+Other estimators and losses are chosen once at build (`thinkrl.algos`);
+`algorithm.adv_estimator=gae` is PPO with a critic (`thinkrl.ppo_critic`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from thinkrl.evaluation import run_validation
 from thinkrl.generations import log_train_generations, log_val_generations
 from thinkrl.guard import DivergenceGuard, kept_on_disk
 from thinkrl.metrics import StageTimer, rollout_metrics, throughput_metrics
+from thinkrl.ppo_critic import actor_updates, critic_values, update_critic
 from thinkrl.records import Rollouts, TrainBatch
 from thinkrl.rewards.scoring import token_level_rewards
 
@@ -74,7 +77,7 @@ def train_run(run: Run, *, log=print) -> TrainResult:
     for step in range(start + 1, run.total_steps + 1):
         metrics = grpo_step(run, step)
         guard.check(metrics, step=step)  # a destroyed policy is neither validated nor saved
-        skipped_in_a_row = skipped_in_a_row + 1 if metrics["actor/skipped_updates"] else 0
+        skipped_in_a_row = skipped_in_a_row + 1 if metrics.get("actor/skipped_updates") else 0
         if skipped_in_a_row >= MAX_SKIPPED_UPDATES:
             raise FloatingPointError(
                 f"step {step}: the gradient norm was not finite for {skipped_in_a_row} steps in "
@@ -102,7 +105,8 @@ def validate(run: Run, *, step: int) -> dict[str, float]:
 
 
 def grpo_step(run: Run, step: int) -> dict[str, float]:
-    """Generate, score, estimate advantages, update the actor, sync weights."""
+    """Generate, score, estimate advantages, update the critic (PPO with a
+    critic only), update the actor, sync weights."""
     timer = StageTimer(run.sync)
     with timer("step"):
         sampled = generate_and_score(run, timer)  # gen + reward; DAPO's dynamic sampling
@@ -115,21 +119,19 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
             old_logprobs = old_policy_logprobs(run, rollouts, sequences)
         with timer("ref"):
             ref_logprobs = reference_logprobs(run, rollouts, sequences)
+        values = critic_values(run, rollouts, sequences, timer)  # None without a critic (gae)
         with timer("adv"):
             rewards, kl_metrics = shaped_rewards(run, rollouts, scores=scored.scores,
                                                  old_logprobs=old_logprobs,
                                                  ref_logprobs=ref_logprobs)
-            advantages = compute_advantages(run, rollouts, rewards,
+            advantages = compute_advantages(run, rollouts, rewards, values=values,
                                             reward_baselines=sampled.reward_baselines)
             advantages, drift_metrics = rollout_drift(run, rollouts, advantages, old_logprobs)
         batch = train_batch(run, rollouts, sequences, advantages=advantages,
                             old_logprobs=old_logprobs, ref_logprobs=ref_logprobs)
-        with timer("update_actor"):
-            actor_metrics = run.actor.update_policy(
-                batch, mini_batch_size=run.sizes.responses_per_mini_batch)
-        with timer("update_weights"):
-            run.engine.update_weights(run.actor.weights())
-    metrics = {**actor_metrics, **kl_metrics, **drift_metrics, **timer.metrics(),
+        critic_metrics = update_critic(run, batch, rewards=rewards, values=values, timer=timer)
+        actor_metrics = update_actor(run, batch, step=step, timer=timer)
+    metrics = {**actor_metrics, **critic_metrics, **kl_metrics, **drift_metrics, **timer.metrics(),
                **rollout_metrics(rollouts, scores=scored.scores, rewards=rewards,
                                  advantages=advantages),
                **throughput_metrics(rollouts, step_seconds=timer.seconds["step"],
@@ -179,9 +181,12 @@ def shaped_rewards(run: Run, rollouts: Rollouts, *, scores: torch.Tensor,
 
 
 def compute_advantages(run: Run, rollouts: Rollouts, rewards: torch.Tensor, *,
+                       values: torch.Tensor | None = None,
                        reward_baselines: torch.Tensor | None = None) -> torch.Tensor:
-    """run.advantage_fn (settings bound at build); ReMax's per-step baselines bound here."""
-    step_inputs = {} if reward_baselines is None else {"reward_baselines": reward_baselines}
+    """run.advantage_fn (settings bound at build); the step's own inputs bound
+    here: ReMax's greedy baselines, GAE's critic values."""
+    step_inputs = {name: value for name, value in (("reward_baselines", reward_baselines),
+                                                   ("values", values)) if value is not None}
     return run.advantage_fn(rewards, rollouts.response_mask.float(), rollouts.group_ids, **step_inputs)
 
 
@@ -204,6 +209,18 @@ def rollout_drift(run: Run, rollouts: Rollouts, advantages: torch.Tensor,
         advantages = advantages * weights
         metrics.update(is_metrics)
     return advantages, metrics
+
+
+def update_actor(run: Run, batch: TrainBatch, *, step: int, timer: StageTimer) -> dict[str, float]:
+    """The policy update, then the weight sync to the engine; neither during
+    the critic's warmup (trainer.critic_warmup, PPO with a critic)."""
+    if not actor_updates(run, step):
+        return {}
+    with timer("update_actor"):
+        metrics = run.actor.update_policy(batch, mini_batch_size=run.sizes.responses_per_mini_batch)
+    with timer("update_weights"):
+        run.engine.update_weights(run.actor.weights())
+    return metrics
 
 
 def train_batch(run: Run, rollouts: Rollouts, sequences: Sequences, *, advantages: torch.Tensor,

@@ -99,4 +99,4 @@ def test_float32_without_grad():
 def test_registry():
     assert get_advantage_estimator("grpo") is grpo_outcome_advantage
     with pytest.raises(ValueError, match="grpo"):
-        get_advantage_estimator("gae")
+        get_advantage_estimator("ppo")

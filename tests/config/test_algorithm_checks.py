@@ -30,7 +30,7 @@ def test_verl_dapo_launch_keys_validate():
 
 def test_every_estimator_and_loss_mode_is_accepted():
     for estimator in ("grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "opo",
-                      "grpo_passk", "gpg", "remax"):
+                      "grpo_passk", "gpg", "remax", "gae"):
         validate(_ok(f"algorithm.adv_estimator={estimator}"))
     for mode in ("vanilla", "gspo", "sapo", "gpg", "clip_cov", "kl_cov", "geo_mean", "cispo"):
         validate(_ok(f"{ARR}.actor.policy_loss.loss_mode={mode}"))

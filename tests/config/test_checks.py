@@ -118,7 +118,7 @@ def test_one_error_lists_every_problem() -> None:
         "data.train_batch_size=10",
         f"{ARR}.actor.loss_agg_mode=mean",
         f"{ARR}.actor.kl_loss_type=k9",
-        "algorithm.adv_estimator=gae",
+        "algorithm.adv_estimator=ppo",
         f"{ARR}.actor.clip_ratio_c=0.5",
         f"{ARR}.rollout.top_p=0",
         f"{ARR}.rollout.top_k=0",
@@ -134,7 +134,7 @@ def test_one_error_lists_every_problem() -> None:
     assert message.startswith("the config has 14 problems:")  # the two KL switches make one
     for expected in [
         "data.train_batch_size=10", "loss_agg_mode=mean: use one of: token-mean", "kl_loss_type=k9",
-        "adv_estimator=gae: use one of: grpo, rloo", "clip_ratio_c=0.5", "top_p=0.0", "top_k=0",
+        "adv_estimator=ppo: use one of: grpo, rloo", "clip_ratio_c=0.5", "top_p=0.0", "top_k=0",
         "LoRA is not implemented yet; remove actor_rollout_ref.model.lora_rank", "counts the KL twice",
         "use_dynamic_bsz=True", "ulysses_sequence_parallel_size=2", "trainer.device=tpu",
         "trainer.backend=slurm", "data.truncation=cut",

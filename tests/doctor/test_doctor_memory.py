@@ -35,6 +35,21 @@ def test_terms_by_hand():
     assert e.peak == e.weights + e.optimizer + e.reference + max(e.gradients + e.activations, e.kv_cache)
 
 
+def test_a_critic_adds_its_weights_adamw_and_update_by_hand():
+    plain = estimate_memory(_ctx())
+    e = estimate_memory(_ctx("algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=1",
+                             "critic.model.enable_gradient_checkpointing=False"))
+    P = 100_000
+    assert (e.critic, plain.critic, plain.critic_update) == (12 * P, 0, 0)  # fp32 weights + two AdamW moments
+    # critic update: gradients 4P + activations of b=1 (s=64, h=64, L=2, a=4, fp32), no logits term:
+    # per layer 1*64*64 * (34 + 5*4*64/64) = 221184 (16-bit bytes), x 2 layers x 4/2
+    assert e.critic_update == 4 * P + 2 * 221184 * 2
+    assert e.peak == e.weights + e.optimizer + e.reference + e.critic + max(
+        e.gradients + e.activations, e.critic_update, e.kv_cache)
+    assert e.peak == plain.peak + 12 * P  # the actor's update is the larger phase here
+    assert "critic" in memory.FIXES and "critic update" in memory.FIXES
+
+
 def test_checkpointing_and_accelerators_shrink_activations():
     plain = estimate_memory(_ctx()).activations
     assert estimate_memory(_ctx("actor_rollout_ref.model.enable_gradient_checkpointing=True")).activations < plain

@@ -14,7 +14,8 @@ from thinkrl.trainer import train
 pytestmark = pytest.mark.slow
 
 ALGORITHM_RECIPES = ["dr_grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "opo",
-                     "grpo_passk", "gpg", "remax", "dapo", "gspo", "sapo", "clip_cov", "kl_cov", "gmpo", "cispo"]
+                     "grpo_passk", "gpg", "remax", "dapo", "gspo", "sapo", "clip_cov", "kl_cov", "gmpo", "cispo",
+                     "ppo"]
 
 # The tiny test model rarely solves a problem, so every group would score 0 and DAPO's
 # dynamic sampling would find no group to keep: this reward varies with the response instead.
@@ -49,6 +50,12 @@ def test_recipe_trains_two_steps(recipe, tiny_run, tmp_path):
         assert record["actor/skipped_updates"] == 0
         assert record["actor/grad_norm"] == record["actor/grad_norm"]  # not NaN
         assert "actor/pg_loss" in record and "critic/advantages/mean" in record
+    if recipe == "ppo":
+        for record in records:  # verl's critic metrics, and the critic's own update
+            assert record["critic/grad_norm"] == record["critic/grad_norm"] and record["critic/lr"] == 2e-3
+            for key in ("critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/values/mean",
+                        "critic/returns/max", "critic/vf_explained_var", "timing_s/values", "timing_s/update_critic"):
+                assert key in record, key
     if recipe == "remax":
         assert all(r["timing_s/gen_max"] > 0 for r in records)
     if recipe == "dapo":

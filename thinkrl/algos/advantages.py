@@ -25,6 +25,8 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
+from thinkrl.algos.gae import gae_advantage
+from thinkrl.algos.whiten import masked_whiten
 from thinkrl.config.schema import AlgorithmConfig
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "AdvantageFn",
     "build_advantage_estimator",
     "get_advantage_estimator",
+    "gae_advantage",
     "gpg_outcome_advantage",
     "grpo_outcome_advantage",
     "grpo_passk_outcome_advantage",
@@ -129,24 +132,6 @@ def _group_mean(scores: Tensor, index: Tensor, sizes: Tensor) -> Tensor:
     """Mean score of each response's group [N]; 0 for a group of one (verl's convention)."""
     sums = _group_sum(scores, index, int(index.max().item()) + 1)[index]
     return torch.where(sizes > 1, sums / sizes, torch.zeros_like(scores))
-
-
-def masked_whiten(values: Tensor, mask: Tensor) -> Tensor:
-    """(x - mu) / sqrt(var + 1e-8) over the masked entries of the whole batch.
-
-        mu  = sum(x m) / (sum m + 1e-8)
-        var = sum((x - mu)^2 m) / (sum m + 1e-8) * M / (M - 1),   M = sum m  (Bessel)
-
-    Args: values, mask [N, T]. Returns [N, T] (padding entries are not zeroed here).
-    """
-    mask = mask.float()
-    count = mask.sum()
-    if count < 2:
-        raise ValueError(f"whitening needs at least 2 response tokens in the batch, got {int(count)}; "
-                         "use a larger data.train_batch_size or rollout.n")
-    mean = (values * mask).sum() / (count + 1e-8)
-    var = ((values - mean) ** 2 * mask).sum() / (count + 1e-8) * count / (count - 1)
-    return (values - mean) * torch.rsqrt(var + 1e-8)
 
 
 @torch.no_grad()
@@ -295,6 +280,7 @@ ADVANTAGE_ESTIMATORS: dict[str, Callable[..., Tensor]] = {
     "grpo_passk": grpo_passk_outcome_advantage,
     "gpg": gpg_outcome_advantage,
     "remax": remax_outcome_advantage,
+    "gae": gae_advantage,
 }
 
 # The config settings each estimator takes, read once when the run is built.
@@ -302,6 +288,7 @@ _SETTINGS: dict[str, Callable[[AlgorithmConfig], dict[str, Any]]] = {
     "grpo": lambda c: {"norm_adv_by_std_in_grpo": c.norm_adv_by_std_in_grpo},
     "grpo_passk": lambda c: {"norm_adv_by_std_in_grpo": c.norm_adv_by_std_in_grpo},
     "reinforce_plus_plus": lambda c: {"gamma": c.gamma},
+    "gae": lambda c: {"gamma": c.gamma, "lam": c.lam},
 }
 
 

@@ -19,6 +19,7 @@ under a process group).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -28,29 +29,43 @@ DCP_DIR = "actor_dcp"
 OPTIMIZER_FILE = "optimizer.pt"
 
 
-def is_sharded_checkpoint(folder: Path) -> bool:
-    return (folder / DCP_DIR).is_dir()
+@dataclass(frozen=True)
+class RoleFiles:
+    """Where one trained role's weights and optimizer go in a checkpoint folder."""
+    hf_dir: str
+    dcp_dir: str
+    optimizer_file: str
+
+
+ACTOR_FILES = RoleFiles(ACTOR_DIR, DCP_DIR, OPTIMIZER_FILE)
+CRITIC_FILES = RoleFiles("critic", "critic_dcp", "critic_optimizer.pt")
+"""PPO's value model (thinkrl.workers.critic), in the same two layouts."""
+
+
+def is_sharded_checkpoint(folder: Path, files: RoleFiles = ACTOR_FILES) -> bool:
+    return (folder / files.dcp_dir).is_dir()
 
 
 def save_actor_shards(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                      folder: Path) -> None:
-    """Each rank writes its shards of the weights and AdamW state under folder/actor_dcp."""
+                      folder: Path, files: RoleFiles = ACTOR_FILES) -> None:
+    """Each rank writes its shards of the weights and AdamW state under folder/actor_dcp
+    (`files.dcp_dir`)."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     model_state, optim_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(folder / DCP_DIR))
+    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(folder / files.dcp_dir))
 
 
 def load_actor_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                     folder: Path) -> None:
+                     folder: Path, files: RoleFiles = ACTOR_FILES) -> None:
     """Put the checkpoint's weights and optimizer state into `model` and
     `optimizer` in place, whichever layout `folder` has and however `model`
     is sharded now. Everything is read before anything changes."""
-    if is_sharded_checkpoint(folder):
-        _load_dcp(model, optimizer, folder)
+    if is_sharded_checkpoint(folder, files):
+        _load_dcp(model, optimizer, folder, files)
     else:
-        _load_whole(model, optimizer, folder)
+        _load_whole(model, optimizer, folder, files)
 
 
 def write_whole_weights(folder: Path, out: Path) -> None:
@@ -66,36 +81,36 @@ def write_whole_weights(folder: Path, out: Path) -> None:
     model.save_pretrained(out)
 
 
-def _dcp_load(state: dict, folder: Path) -> None:
-    """Fill `state` in place from folder/actor_dcp (only the keys it has)."""
+def _dcp_load(state: dict, folder: Path, files: RoleFiles = ACTOR_FILES) -> None:
+    """Fill `state` in place from folder/actor_dcp (`files.dcp_dir`; only the keys it has)."""
     import warnings
 
     import torch.distributed.checkpoint as dcp
     with warnings.catch_warnings():  # one process reading a sharded checkpoint is intended
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp.load(state, checkpoint_id=str(folder / DCP_DIR))
+        dcp.load(state, checkpoint_id=str(folder / files.dcp_dir))
 
 
-def _load_dcp(model, optimizer, folder: Path) -> None:
+def _load_dcp(model, optimizer, folder: Path, files: RoleFiles) -> None:
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     # The current state as the template DCP fills in (shaped like this run's shards).
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optim": optim_state}
-    _dcp_load(state, folder)
+    _dcp_load(state, folder, files)
     set_state_dict(model, optimizer, model_state_dict=state["model"],
                    optim_state_dict=state["optim"])
 
 
-def _load_whole(model, optimizer, folder: Path) -> None:
+def _load_whole(model, optimizer, folder: Path, files: RoleFiles) -> None:
     from thinkrl.checkpoint.state import read_weights
     from thinkrl.parallel.fsdp import is_sharded
 
-    saved_optimizer = torch.load(folder / OPTIMIZER_FILE, map_location="cpu", weights_only=True)
-    tensors = read_weights(model, folder / ACTOR_DIR)
+    saved_optimizer = torch.load(folder / files.optimizer_file, map_location="cpu", weights_only=True)
+    tensors = read_weights(model, folder / files.hf_dir)
     if not is_sharded(model):
         from thinkrl.checkpoint.state import copy_weights
-        copy_weights(model, tensors, folder / ACTOR_DIR)
+        copy_weights(model, tensors, folder / files.hf_dir)
         optimizer.load_state_dict(saved_optimizer)
         return
     from torch.distributed.checkpoint.state_dict import (StateDictOptions,

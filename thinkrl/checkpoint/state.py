@@ -4,6 +4,11 @@
       actor/              Hugging Face folder: config.json, generation_config.json,
                           model.safetensors (float32 master weights), tokenizer files
       optimizer.pt        AdamW moments and step counts, param groups (lr as last set)
+      critic/             PPO with a critic only: the value model as a Hugging Face
+                          folder (loadable as critic.model.path), or critic_dcp/
+                          (shards, ray backend; see thinkrl.checkpoint.sharded)
+      critic_optimizer.pt its AdamW state (its LR schedule and shuffle generator
+                          are in trainer_state.pt)
       trainer_state.pt    LR schedule, loader (epoch, position), the actor's shuffle
                           generator, the engine's sampling generator, the KL
                           controller, global RNGs (torch CPU + device, python, numpy),
@@ -91,6 +96,8 @@ def save_checkpoint(run, progress: Progress, *, log=print) -> Path:
     actor_state = run.actor.state_dict()
     with atomic_checkpoint(run.run_dir, progress.step, meta) as tmp:
         run.actor.save(tmp)  # weights and optimizer, whole or sharded (checkpoint.sharded)
+        if run.critic is not None:
+            run.critic.save(tmp)
         run.tokenizer.save_pretrained(tmp / ACTOR_DIR)
         torch.save(_trainer_state(run, progress, actor_state), tmp / TRAINER_STATE_FILE)
         with (tmp / CONFIG_FILE).open("w") as f:
@@ -111,6 +118,7 @@ def _trainer_state(run, progress: Progress, actor_state: dict) -> dict:
         "loader": run.train_loader.state_dict(),
         "kl_controller": None if run.kl_controller is None else run.kl_controller.state_dict(),
         "rng": capture_rng(run.actor.device),
+        "critic": None if run.critic is None else run.critic.state_dict(),
     }
 
 
@@ -125,6 +133,9 @@ def load_checkpoint(run, folder: Path, *, log=print) -> Progress:
     state = torch.load(folder / TRAINER_STATE_FILE, map_location="cpu", weights_only=True)
     run.actor.load(folder)  # weights and optimizer, either layout, read before set
     run.actor.load_state_dict(state["actor"])
+    if run.critic is not None:
+        run.critic.load(folder)  # refuses a checkpoint saved without a critic
+        run.critic.load_state_dict(state["critic"])
     run.engine.set_generator_state(state["engine_generator"])
     run.train_loader.load_state_dict(state["loader"])
     if run.kl_controller is not None and state["kl_controller"] is not None:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from thinkrl.config.critic_checks import CriticSizes, critic_problems, critic_sizes, uses_critic
 from thinkrl.config.schema import ADV_ESTIMATORS, POLICY_LOSS_MODES, Config
 from thinkrl.config.verifier_checks import reward_verifier_problems
 from thinkrl.data.templates import TEMPLATES
@@ -164,6 +165,8 @@ class DerivedSizes:
     """Which setting gave log_prob_micro_batch_size_per_device."""
     ref_log_prob_micro_batch_source: str = ""
     """Which setting gave ref_log_prob_micro_batch_size_per_device."""
+    critic: CriticSizes | None = None
+    """The critic's update sizes (algorithm.adv_estimator=gae); None without a critic."""
 
     def table(self) -> str:
         """Aligned two-column table, one line of explanation per size."""
@@ -190,6 +193,7 @@ class DerivedSizes:
              f"= {self.ref_log_prob_micro_batch_source} (responses per device)"),
             ("prompt length", self.prompt_length, "tokens"),
             ("response length", self.response_length, "tokens"),
+            *(self.critic.rows() if self.critic is not None else []),
         ]
         label_w = max(len(r[0]) for r in rows)
         value_w = max(len(str(r[1])) for r in rows)
@@ -256,6 +260,7 @@ def _check_combinations(cfg: Config, bad: Callable[[str, str], None], problems: 
     problems.extend(f"  - {problem}" for problem in
                     reward_verifier_problems(cfg.reward, cfg.custom_reward_function.path))
     _check_algorithm(cfg, bad)
+    problems.extend(critic_problems(cfg))
     world = cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes
     if cfg.trainer.backend == "local" and world > 1:
         bad("trainer.backend", f"the local backend drives one device, but trainer.n_gpus_per_node x "
@@ -388,6 +393,7 @@ def derive_sizes(cfg: Config) -> DerivedSizes:
         micro_batch_source=micro_source,
         log_prob_micro_batch_source=log_prob_source,
         ref_log_prob_micro_batch_source=ref_source,
+        critic=critic_sizes(cfg) if uses_critic(cfg) else None,
     )
 
 

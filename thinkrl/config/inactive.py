@@ -5,7 +5,18 @@ ignoring it."""
 from __future__ import annotations
 
 from thinkrl.config.checks import _ARR, _get, _show, execution_backend
+from thinkrl.config.loading import flatten_keys
 from thinkrl.config.schema import Config
+
+# critic.* keys accepted for verl's launch lines that change nothing here.
+CRITIC_VERL_ONLY = ("rollout_n", "model.tokenizer_path", "model.external_lib", "model.use_remove_padding",
+                    "model.enable_activation_offload", "model.use_shm", "model.lora_alpha",
+                    "model.target_modules", "ppo_max_token_len_per_gpu", "forward_max_token_len_per_gpu")
+
+
+def critic_keys() -> list[str]:
+    """Every critic.* key (its values are compared with the defaults by `note`)."""
+    return [k for k in flatten_keys(Config()) if k.startswith("critic.")]
 
 
 def inactive_settings(cfg: Config) -> list[str]:
@@ -53,9 +64,24 @@ def inactive_settings(cfg: Config) -> list[str]:
          "a verl-specific option that thinkrl does not implement")
     note((f"{_ARR}.actor.ppo_max_token_len_per_gpu", f"{rollout}.log_prob_max_token_len_per_gpu",
           f"{_ARR}.ref.log_prob_max_token_len_per_gpu"), "it is used only with dynamic batch sizes")
-    note(("trainer.critic_warmup", "algorithm.lam"), "GRPO has no critic and scores whole responses")
-    if cfg.algorithm.adv_estimator != "reinforce_plus_plus":
-        note(("algorithm.gamma",), "only reinforce_plus_plus discounts rewards (no critic here)")
+    if cfg.algorithm.adv_estimator != "gae":
+        note(("trainer.critic_warmup", "algorithm.lam"), "only PPO with a critic (algorithm.adv_estimator=gae) "
+             "uses it")
+        note(tuple(critic_keys()), "the critic is built only for algorithm.adv_estimator=gae")
+    else:
+        note(tuple(f"critic.{k}" for k in CRITIC_VERL_ONLY), "a verl option that thinkrl's critic does "
+             "not implement (or, for rollout_n and model.tokenizer_path, takes from the actor)")
+        if execution_backend(cfg) == "local":
+            note(tuple(f"critic.model.fsdp_config.{k}" for k in fsdp) + ("critic.strategy",),
+                 "trainer.backend=local runs in one process without FSDP sharding")
+        else:
+            note(tuple(f"critic.model.fsdp_config.{k}" for k in fsdp[3:]),
+                 "thinkrl shards each decoder layer, then the root, over all devices (FSDP2)")
+            if cfg.trainer.device == "cpu":
+                note(tuple(f"critic.model.fsdp_config.{k}" for k in fsdp[:3]),
+                     "the model is in host memory already (trainer.device=cpu)")
+    if cfg.algorithm.adv_estimator not in ("reinforce_plus_plus", "gae"):
+        note(("algorithm.gamma",), "only reinforce_plus_plus and gae discount rewards")
     if cfg.algorithm.adv_estimator not in ("grpo", "grpo_passk"):
         note(("algorithm.norm_adv_by_std_in_grpo",), "only grpo and grpo_passk divide by the group std")
     loss = cfg.actor_rollout_ref.actor.policy_loss.loss_mode

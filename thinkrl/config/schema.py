@@ -16,10 +16,12 @@ from typing import Any
 from thinkrl.config.schema_roles import (  # noqa: F401
     ActorConfig, ActorRolloutRefConfig, FSDPConfig, ModelConfig, OptimConfig, PolicyLossConfig,
     RefConfig, RolloutConfig, SamplingConfig)
+from thinkrl.config.schema_critic import (  # noqa: F401
+    CriticConfig, CriticModelConfig, CriticOptimConfig)
 
 
 ADV_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "opo",
-                  "grpo_passk", "gpg", "remax")
+                  "grpo_passk", "gpg", "remax", "gae")
 """``algorithm.adv_estimator`` choices; ``thinkrl.algos.advantages`` registers one function per name."""
 POLICY_LOSS_MODES = ("vanilla", "gspo", "sapo", "gpg", "clip_cov", "kl_cov", "geo_mean", "cispo")
 """``actor.policy_loss.loss_mode`` choices; ``thinkrl.algos.policy_losses`` registers one function per name."""
@@ -124,9 +126,9 @@ class AlgorithmConfig:
     adv_estimator: str = "grpo"
     """Advantage estimator, one of ``ADV_ESTIMATORS`` (see the README's algorithm table)."""
     gamma: float = 1.0
-    """Discount factor (GRPO scores whole responses; kept for verl)."""
+    """Discount factor per token (gae, reinforce_plus_plus; GRPO scores whole responses)."""
     lam: float = 1.0
-    """GAE lambda (GRPO does not use it; kept for verl)."""
+    """GAE lambda (gae only): 1 is the Monte-Carlo return, 0 the one-step TD target."""
     norm_adv_by_std_in_grpo: bool = True
     """Divide group-centred scores by the group std (False: Dr. GRPO)."""
     use_kl_in_reward: bool = False
@@ -196,7 +198,9 @@ class TrainerConfig:
     val_only: bool = False
     """Validate and exit."""
     critic_warmup: int = 0
-    """verl: steps that train only the critic (GRPO has none)."""
+    """PPO with a critic (``algorithm.adv_estimator=gae``): the actor is first updated at step
+    ``critic_warmup`` (verl's test ``critic_warmup <= step``, steps counted from 1), so
+    steps 1 .. critic_warmup - 1 train only the critic."""
     default_local_dir: str = "runs/${trainer.project_name}/${trainer.experiment_name}"
     """Run directory (checkpoints, config, metrics); ``${a.b}`` refers to other keys."""
     resume_mode: str = "auto"
@@ -306,3 +310,5 @@ class Config:
     """Reward model and manager."""
     reward: RewardConfig = field(default_factory=RewardConfig)
     """thinkrl: rule-based reward settings."""
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    """The value model of PPO with a critic (``algorithm.adv_estimator=gae``)."""

@@ -21,10 +21,19 @@ fp32 terms divided by the devices FSDP shards over: 1 on the local backend):
                  n_seq sequences generated at once (train batch x rollout.n,
                  or a validation batch x val_kwargs.n, the larger).
 
-    peak = weights + AdamW + reference + max(gradients + activations, KV cache)
+    critic       12 P         PPO with a critic (algorithm.adv_estimator=gae): the
+                              value model's fp32 weights and AdamW moments, assumed
+                              the policy's size (critic.model.path defaults to it)
+    critic update 4 P + activations of a critic micro-batch (its gradients; the
+                 activation formula above with critic.ppo_micro_batch_size_per_gpu,
+                 critic.model.enable_gradient_checkpointing and a one-number head
+                 instead of the logits)
 
-The rollout and the update never overlap, so the larger of the two phases
-counts. It is a planning estimate (within tens of percent), not a measurement.
+    peak = weights + AdamW + reference + critic
+           + max(gradients + activations, critic update, KV cache)
+
+The rollout and the two updates never overlap, so the largest phase counts.
+It is a planning estimate (within tens of percent), not a measurement.
 """
 
 from __future__ import annotations
@@ -55,6 +64,12 @@ FIXES = {
                    f"{_ARR}.ref.log_prob_micro_batch_size_per_gpu), set "
                    f"{_ARR}.model.enable_gradient_checkpointing=True, shorten "
                    "data.max_response_length, or use a smaller model",
+    "critic": "the value model of PPO with a critic holds fp32 weights and AdamW (12 bytes per "
+              "parameter) beside the actor on one device: point critic.model.path at a smaller model, "
+              "or use a critic-free estimator (algorithm.adv_estimator=grpo, rloo, ...)",
+    "critic update": "lower critic.ppo_micro_batch_size_per_gpu, set "
+                     "critic.model.enable_gradient_checkpointing=True, shorten data.max_response_length, "
+                     "or point critic.model.path at a smaller model",
     "KV cache": "the native engine generates a whole batch in one call: in training "
                 f"data.train_batch_size x {_ARR}.rollout.n sequences (lower either), in "
                 "validation data.val_batch_size x rollout.val_kwargs.n, or rollout.max_num_seqs "
@@ -74,15 +89,20 @@ class MemoryEstimate:
     kv_cache: int
     sequences: int
     """Sequences in flight during generation."""
+    critic: int = 0
+    """The value model's weights and AdamW state (PPO with a critic)."""
+    critic_update: int = 0
+    """The critic's gradients and the activations of one critic micro-batch."""
 
     @property
     def peak(self) -> int:
-        return self.weights + self.optimizer + self.reference + max(
-            self.gradients + self.activations, self.kv_cache)
+        return self.weights + self.optimizer + self.reference + self.critic + max(
+            self.gradients + self.activations, self.critic_update, self.kv_cache)
 
     def terms(self) -> dict[str, int]:
         return {"weights": self.weights, "gradients": self.gradients, "AdamW": self.optimizer,
-                "reference": self.reference, "activations": self.activations, "KV cache": self.kv_cache}
+                "reference": self.reference, "critic": self.critic, "activations": self.activations,
+                "critic update": self.critic_update, "KV cache": self.kv_cache}
 
 
 def estimate_memory(ctx: DoctorContext) -> MemoryEstimate:
@@ -99,13 +119,21 @@ def estimate_memory(ctx: DoctorContext) -> MemoryEstimate:
     shards = sizes.world_size if execution_backend(cfg) == "ray" else 1
     arr = cfg.actor_rollout_ref
 
-    b, s = sizes.micro_batch_size_per_device, sizes.prompt_length + sizes.response_length
-    per_layer_16bit = b * s * h * (34 + (0 if accelerator else 5 * heads * s / h))
-    if arr.model.enable_gradient_checkpointing:
-        layer_terms = layers * c * b * s * h + per_layer_16bit * c / 2
-    else:
-        layer_terms = layers * per_layer_16bit * c / 2
-    activations = int(layer_terms + b * s * vocab * (c + 4))
+    s = sizes.prompt_length + sizes.response_length
+
+    def layer_activations(b: int, checkpointing: bool) -> float:
+        per_layer_16bit = b * s * h * (34 + (0 if accelerator else 5 * heads * s / h))
+        if checkpointing:
+            return layers * c * b * s * h + per_layer_16bit * c / 2
+        return layers * per_layer_16bit * c / 2
+
+    b = sizes.micro_batch_size_per_device
+    activations = int(layer_activations(b, arr.model.enable_gradient_checkpointing) + b * s * vocab * (c + 4))
+    critic = critic_update = 0
+    if sizes.critic is not None:  # PPO with a critic, assumed the policy's size
+        critic = 12 * params // shards
+        critic_update = 4 * params // shards + int(layer_activations(
+            sizes.critic.micro_batch_size_per_device, cfg.critic.model.enable_gradient_checkpointing))
 
     train_seqs = sizes.prompts_per_step * sizes.responses_per_prompt
     val = arr.rollout.val_kwargs
@@ -122,7 +150,8 @@ def estimate_memory(ctx: DoctorContext) -> MemoryEstimate:
     return MemoryEstimate(weights=4 * params // shards, gradients=4 * params // shards,
                           optimizer=8 * params // shards,
                           reference=(4 * params // shards) if with_ref else 0,
-                          activations=activations, kv_cache=int(kv), sequences=seqs)
+                          activations=activations, kv_cache=int(kv), sequences=seqs,
+                          critic=critic, critic_update=critic_update)
 
 
 def host_available() -> int:

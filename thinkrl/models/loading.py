@@ -9,7 +9,8 @@ import torch
 from thinkrl.errors import SetupError
 
 
-def _explain(path: str, what: str, err: Exception) -> ValueError:
+def _explain(path: str, what: str, err: Exception, *, key: str = "actor_rollout_ref.model.path"
+             ) -> ValueError:
     local = Path(path).expanduser()
     if local.exists():
         hint = f"the folder {local} exists but does not hold a loadable {what}"
@@ -18,11 +19,11 @@ def _explain(path: str, what: str, err: Exception) -> ValueError:
     else:
         hint = ("it is neither a local folder nor a hub id that could be fetched "
                 "(offline? set HF_HUB_OFFLINE=0 and check the name)")
-    return ValueError(f"actor_rollout_ref.model.path={path!r}: cannot load the {what}: {hint}. "
+    return ValueError(f"{key}={path!r}: cannot load the {what}: {hint}. "
                       f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})")
 
 
-def damaged_model(path: str, err: Exception) -> ValueError:
+def damaged_model(path: str, err: Exception, *, key: str = "actor_rollout_ref.model.path") -> ValueError:
     """A model folder whose files do not load: a truncated or corrupt
     safetensors file, or weights whose shapes do not match config.json."""
     text = str(err).strip().splitlines()
@@ -30,7 +31,7 @@ def damaged_model(path: str, err: Exception) -> ValueError:
         what = "its weights do not match the shapes config.json describes"
     else:
         what = "a weight file does not read (truncated or corrupt?)"
-    return ValueError(f"actor_rollout_ref.model.path={path!r}: cannot load the model: {what} "
+    return ValueError(f"{key}={path!r}: cannot load the model: {what} "
                       f"({type(err).__name__}: {text[0] if text else ''}). Re-download or "
                       "re-export the model folder, or fix config.json")
 
@@ -68,6 +69,12 @@ def load_causal_lm(path: str, *, dtype: torch.dtype, device: torch.device,
         raise _explain(path, "model", err) from None
     except Exception as err:  # safetensors' own error types, transformers' size mismatch
         raise damaged_model(path, err) from None
+    return prepare_for_training(model, device=device, gradient_checkpointing=gradient_checkpointing)
+
+
+def prepare_for_training(model: torch.nn.Module, *, device: torch.device,
+                         gradient_checkpointing: bool) -> torch.nn.Module:
+    """No dropout (see `disable_dropout`), optional activation checkpointing, on `device`."""
     disable_dropout(model)
     if gradient_checkpointing:
         kwargs = {"use_reentrant": False}

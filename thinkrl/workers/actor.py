@@ -53,6 +53,17 @@ def make_lr_schedule(optimizer: torch.optim.Optimizer, cfg: OptimConfig, *, tota
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
+def restore_schedule(scheduler: torch.optim.lr_scheduler.LambdaLR, state: dict, *, lr: float) -> None:
+    """Put a saved schedule position back, with `lr` (this run's optim.lr) as
+    its base rate, and set every group's rate to where the schedule stands."""
+    scheduler.load_state_dict(state)
+    groups = scheduler.optimizer.param_groups
+    scheduler.base_lrs = [lr] * len(groups)
+    step = scheduler.last_epoch
+    for group, factor in zip(groups, scheduler.lr_lambdas):
+        group["lr"], group["initial_lr"] = lr * factor(step), lr
+
+
 class ActorWorker:
     def __init__(self, model: torch.nn.Module, cfg: ActorConfig, *, total_steps: int,
                  micro_batch_size: int, log_prob_micro_batch_size: int, temperature: float,
@@ -157,11 +168,7 @@ class ActorWorker:
         """The LR schedule's position, with its base rate from this run's
         optim.lr: a resume with a changed lr continues the schedule at the new
         rate (an exact continuation, with the same lr, changes nothing)."""
-        self.scheduler.load_state_dict(scheduler_state)
-        self.scheduler.base_lrs = [self.cfg.optim.lr] * len(self.optimizer.param_groups)
-        step = self.scheduler.last_epoch
-        for group, factor in zip(self.optimizer.param_groups, self.scheduler.lr_lambdas):
-            group["lr"], group["initial_lr"] = self.cfg.optim.lr * factor(step), self.cfg.optim.lr
+        restore_schedule(self.scheduler, scheduler_state, lr=self.cfg.optim.lr)
 
     def _train_mini_batch(self, mini: TrainBatch, scale: LossScale) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from thinkrl.algos.losses import LossScale
-from thinkrl.records import TrainBatch
+from thinkrl.records import CriticBatch, TrainBatch
 
 
 @dataclass(slots=True)
@@ -26,11 +26,11 @@ class MiniBatch:
     """The rows of one optimizer step (or one rank's share of them) and the
     normalisers of the whole mini-batch across all ranks."""
 
-    batch: TrainBatch
+    batch: TrainBatch | CriticBatch
     scale: LossScale
 
 
-def plan_mini_batches(batch: TrainBatch, *, mini_batch_size: int, epochs: int, shuffle: bool,
+def plan_mini_batches(batch: TrainBatch | CriticBatch, *, mini_batch_size: int, epochs: int, shuffle: bool,
                       generator: torch.Generator, response_length: int) -> list[MiniBatch]:
     """`epochs` passes over `batch`, each cut into mini-batches of
     `mini_batch_size` responses, in a fresh random order per pass when

@@ -1,4 +1,5 @@
-"""The roles of one device: actor, reference and rollout engine, built from a spec.
+"""The roles of one device: actor, reference, rollout engine and (PPO with a
+critic) the critic, built from a spec.
 
 A `PolicyRank` is a plain class. The local backend builds one in the
 driver's process; the ray backend builds one per device inside a Ray actor
@@ -7,7 +8,8 @@ FSDP2-sharded models. Either way the roles are the same classes and each
 rank builds its own models from the spec: the actor from the model path,
 the reference from the same path again (the *initial* weights, whatever the
 actor resumes), the engine on the actor's module (colocated: the optimizer
-step is the weight sync, and a sharded module is gathered once per rollout).
+step is the weight sync, and a sharded module is gathered once per rollout),
+the critic from critic.model.path (`thinkrl.workers.critic.build_critic`).
 
 Only CPU tensors and plain values go in and come out (`RankSpec` and every
 method's arguments and results).
@@ -30,6 +32,7 @@ from thinkrl.records import PromptBatch, Rollouts
 from thinkrl.rollout.base import SamplingParams
 from thinkrl.rollout.native import NativeEngine
 from thinkrl.workers.actor import ActorWorker
+from thinkrl.workers.critic import build_critic
 from thinkrl.workers.mini_batches import MiniBatch
 from thinkrl.workers.reference import ReferenceWorker
 
@@ -79,7 +82,8 @@ class PolicyRank:
         sharded = spec.world_size > 1
         device_name = spec.device or cfg.trainer.device
         self.device = bind_rank_device(device_name) if sharded else resolve_device(device_name)
-        offload = self._offload(arr.actor.fsdp_config), self._offload(arr.ref.fsdp_config)
+        offload = (self._offload(arr.actor.fsdp_config), self._offload(arr.ref.fsdp_config),
+                   self._offload(cfg.critic.model.fsdp_config) and spec.sizes.critic is not None)
         if sharded:
             init_process_group(rank=spec.rank, world_size=spec.world_size,
                                init_method=spec.init_method, device=self.device,
@@ -107,6 +111,10 @@ class PolicyRank:
             self.reference = ReferenceWorker(
                 ref_model, micro_batch_size=sizes.ref_log_prob_micro_batch_size_per_device,
                 temperature=rollout.temperature, autocast=self.autocast, device=self.device)
+        # PPO with a critic (algorithm.adv_estimator=gae): the value model, else None.
+        self.critic = (build_critic(spec, device=self.device, autocast=self.autocast,
+                                    compute_dtype=dtype, param_offload=offload[2])
+                       if spec.sizes.critic is not None else None)
         self.engine = self._engine(model, sharded=sharded)
 
     def _engine(self, model: torch.nn.Module, *, sharded: bool):
@@ -182,6 +190,27 @@ class PolicyRank:
 
     def weight_stats(self) -> dict:
         return self.actor.weight_stats()
+
+    # The critic's stages (PPO with a critic; thinkrl.workers.critic).
+    def compute_values(self, input_ids, attention_mask, position_ids, *,
+                       response_length: int) -> torch.Tensor:
+        return self.critic.compute_values(input_ids, attention_mask, position_ids,
+                                          response_length=response_length)
+
+    def update_critic_on(self, minis: list[MiniBatch]) -> dict[str, float]:
+        return self.critic.update_on(minis)
+
+    def save_critic(self, folder: str) -> None:
+        self.critic.save(Path(folder))
+
+    def load_critic(self, folder: str) -> None:
+        self.critic.load(Path(folder))
+
+    def critic_schedule_state(self) -> dict:
+        return {"scheduler": self.critic.scheduler.state_dict()}
+
+    def load_critic_schedule_state(self, state: dict) -> None:
+        self.critic.load_schedule(state["scheduler"])
 
     # Checkpoints: every rank writes its shards; any layout loads (ActorWorker.save/load).
     def save_actor(self, folder: str) -> None:

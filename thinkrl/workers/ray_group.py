@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from thinkrl.algos.kl import get_kl_estimator
+from thinkrl.config.critic_checks import uses_critic
 from thinkrl.records import PromptBatch, Rollouts, TrainBatch
 from thinkrl.rollout.base import SamplingParams
 from thinkrl.workers.mini_batches import (balanced_shares, contiguous_shares, plan_mini_batches,
@@ -105,6 +106,11 @@ class RayWorkerGroup:
         self.actor = ActorHandle(self)
         self.reference = ReferenceHandle(self) if spec.with_reference else None
         self.engine = EngineHandle(self)
+        # PPO with a critic (algorithm.adv_estimator=gae): every rank holds a shard of it.
+        self.critic = None
+        if uses_critic(spec.cfg):
+            from thinkrl.workers.ray_critic import CriticHandle  # it imports this module
+            self.critic = CriticHandle(self)
 
     @classmethod
     def start(cls, spec: RankSpec, *, log=print) -> "RayWorkerGroup":

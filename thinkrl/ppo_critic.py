@@ -1,0 +1,75 @@
+"""The stages PPO with a critic adds to the driver (algorithm.adv_estimator=gae).
+
+As verl's `RayPPOTrainer.fit`: after the reference pass the critic values
+every response token; GAE turns rewards and values into advantages (the
+registered `gae` estimator, called by the trainer like any other) and
+returns; the critic regresses on the returns; the actor updates only from
+step `trainer.critic_warmup` on (verl's `critic_warmup <= global_steps`,
+steps counted from 1), so a fresh critic can learn before its advantages
+steer the policy. Without a critic every function here is a no-op.
+
+Shapes: N responses, R response tokens.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from torch import Tensor
+
+from thinkrl.algos.gae import explained_variance, gae_advantages_and_returns
+from thinkrl.metrics import StageTimer
+from thinkrl.records import CriticBatch, Rollouts, TrainBatch
+
+if TYPE_CHECKING:
+    from thinkrl.build import Run
+
+Sequences = tuple[Tensor, Tensor, Tensor]  # Rollouts.sequences(): ids, attention mask, positions [N, P + R]
+
+
+def critic_values(run: Run, rollouts: Rollouts, sequences: Sequences, timer: StageTimer) -> Tensor | None:
+    """V_t [N, R] of every response token under the critic, zero on padding
+    (verl's `compute_values`); None without a critic."""
+    if run.critic is None:
+        return None
+    with timer("values"):
+        values = run.critic.compute_values(*sequences, response_length=rollouts.response_ids.shape[1])
+    return values * rollouts.response_mask.float()
+
+
+def update_critic(run: Run, batch: TrainBatch, *, rewards: Tensor, values: Tensor | None,
+                  timer: StageTimer) -> dict[str, float]:
+    """Regress the critic on the GAE returns of this step's `rewards` [N, R] (after any
+    KL penalty) and `values` [N, R]; verl's critic metrics. {} without a critic."""
+    if run.critic is None:
+        return {}
+    algo = run.cfg.algorithm
+    mask = batch.response_mask
+    # The same GAE pass as the advantages' (the registry's estimators return one
+    # tensor each); a loop over R tokens on the CPU, negligible beside a forward pass.
+    _, returns = gae_advantages_and_returns(rewards, values, mask, gamma=algo.gamma, lam=algo.lam)
+    with timer("update_critic"):
+        metrics = run.critic.update_critic(CriticBatch(
+            input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+            position_ids=batch.position_ids, response_mask=mask, values=values, returns=returns))
+    return {**metrics, **value_metrics(values, returns, mask)}
+
+
+def value_metrics(values: Tensor, returns: Tensor, response_mask: Tensor) -> dict[str, float]:
+    """critic/values/*, critic/returns/* over the response tokens and critic/vf_explained_var
+    (verl's `compute_data_metrics` with a critic). Shapes [N, R] each."""
+    keep = response_mask.bool()
+    metrics = {}
+    for name, tensor in (("values", values), ("returns", returns)):
+        kept = tensor[keep].float()
+        metrics.update({f"critic/{name}/mean": kept.mean().item(), f"critic/{name}/max": kept.max().item(),
+                        f"critic/{name}/min": kept.min().item()})
+    metrics["critic/vf_explained_var"] = explained_variance(returns, values, response_mask)
+    return metrics
+
+
+def actor_updates(run: Run, step: int) -> bool:
+    """Whether the actor learns (and syncs its weights to the engine) at `step`
+    (1-based): always without a critic; with one, from step trainer.critic_warmup
+    on (verl: `critic_warmup <= global_steps`)."""
+    return run.critic is None or run.cfg.trainer.critic_warmup <= step
