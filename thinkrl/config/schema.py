@@ -63,6 +63,12 @@ class DataConfig:
     """Column holding images (multimodal data only)."""
     video_key: str = "videos"
     """Column holding videos (multimodal data only)."""
+    min_pixels: int | None = None
+    """Smallest image area in pixels after resizing (Qwen-VL processor's ``min_pixels``);
+    None keeps the model's preprocessor_config.json value."""
+    max_pixels: int | None = None
+    """Largest image area in pixels after resizing (``max_pixels``): bounds the vision
+    tokens of one image (area / 28**2); None keeps the model's preprocessor_config.json value."""
     return_raw_chat: bool = False
     """verl: keep the unrendered chat messages in the batch."""
     return_raw_input_ids: bool = False

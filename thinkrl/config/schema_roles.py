@@ -161,6 +161,9 @@ class ActorConfig:
     """SAPO: temperature of the soft gate for tokens with a positive advantage."""
     tau_neg: float = 1.05
     """SAPO: temperature of the soft gate for tokens with a zero or negative advantage."""
+    freeze_vision_tower: bool = False
+    """Vision-language models: train the language model only; the vision tower and its
+    merger get no gradient and no optimizer state."""
 
 
 @dataclass

@@ -23,6 +23,7 @@ import torch
 
 from thinkrl.config import Config, DerivedSizes
 from thinkrl.models.loading import check_model_fits, load_causal_lm
+from thinkrl.models.vision import apply_actor_settings
 from thinkrl.parallel import fsdp
 from thinkrl.parallel.device import autocast, bind_rank_device, compute_dtype, resolve_device
 from thinkrl.parallel.distributed import init_process_group
@@ -90,6 +91,7 @@ class PolicyRank:
         self.autocast = autocast(self.device, dtype)
         model = self._load(gradient_checkpointing=arr.model.enable_gradient_checkpointing)
         check_model_fits(model, spec.tokenizer_size, spec.sizes, model_path=spec.model_path)
+        apply_actor_settings(model, arr.actor)  # VL: actor.freeze_vision_tower
         if sharded:
             fsdp.parallelize(model, compute_dtype=dtype, param_offload=offload[0])
         sizes, rollout = spec.sizes, arr.rollout
@@ -133,15 +135,17 @@ class PolicyRank:
         return self.engine.generate(prompts, params)
 
     def compute_log_prob(self, input_ids, attention_mask, position_ids, *,
-                         response_length: int) -> torch.Tensor:
+                         response_length: int, model_inputs=None) -> torch.Tensor:
         return self.actor.compute_log_prob(input_ids, attention_mask, position_ids,
-                                           response_length=response_length)
+                                           response_length=response_length,
+                                           model_inputs=model_inputs)
 
     def compute_ref_log_prob(self, input_ids, attention_mask, position_ids, *,
-                             response_length: int) -> torch.Tensor:
+                             response_length: int, model_inputs=None) -> torch.Tensor:
         assert self.reference is not None, "built without a reference (no KL term)"
         return self.reference.compute_ref_log_prob(input_ids, attention_mask, position_ids,
-                                                    response_length=response_length)
+                                                    response_length=response_length,
+                                                    model_inputs=model_inputs)
 
     def update_on(self, minis: list[MiniBatch]) -> dict[str, float]:
         return self.actor.update_on(minis)
