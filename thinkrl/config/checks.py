@@ -26,7 +26,7 @@ __all__ = ["DerivedSizes", "execution_backend", "validate"]
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 KL_ESTIMATORS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
 # "auto" plus thinkrl.rewards.registry.SCORER_NAMES (not imported: it loads sympy; a test pins them equal)
-REWARD_SCORERS = ("auto", "gsm8k", "math", "r1", "exact")
+REWARD_SCORERS = ("auto", "gsm8k", "math", "r1", "exact", "geo3k")
 
 _ARR = "actor_rollout_ref"
 _CHOICES: dict[str, tuple[str, ...]] = {

@@ -258,8 +258,9 @@ class RewardConfig:
     """thinkrl: rule-based rewards (verl has no such group; its keys are thinkrl's own)."""
     scorer: str = "auto"
     """"auto": each row's data_source picks its scorer (as in verl); or one
-    scorer for every row: "gsm8k", "math", "r1" or "exact" (the stripped
-    response equals the stripped ground truth)."""
+    scorer for every row: "gsm8k", "math", "r1", "exact" (the stripped
+    response equals the stripped ground truth) or "geo3k" (verl's: 0.9 boxed answer +
+    0.1 think-then-boxed format)."""
     format_score: float = 0.0
     """gsm8k and math: score of a response with a well-formed but wrong answer."""
     r1_format_weight: float = 0.5
