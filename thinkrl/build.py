@@ -256,9 +256,11 @@ def run_tokenizer(cfg: Config, model_path: str):
     return load_tokenizer(tokenizer_path(cfg, model_path), **tokenizer_options(cfg))
 
 
-def prompt_set(cfg: Config, tokenizer, *, files, key: str, template: str, log=print) -> list[Prompt]:
+def prompt_set(cfg: Config, tokenizer, *, files, key: str, template: str, log=print,
+               model_path: str | None = None) -> list[Prompt]:
     """The prompts of `files` (the value of config `key`), rendered with
-    `template` and checked against the data.* length settings."""
+    `template` and checked against the data.* length settings; image rows
+    with the image processor of `model_path` (default: the config's model)."""
     data = cfg.data
     return load_prompts(builtin.resolve_data_files(files, log=log), tokenizer, key=key,
                         template=template, prompt_key=data.prompt_key,
@@ -266,7 +268,8 @@ def prompt_set(cfg: Config, tokenizer, *, files, key: str, template: str, log=pr
                         filter_overlong=data.filter_overlong_prompts, truncation=data.truncation,
                         chat_kwargs=data.apply_chat_template_kwargs,
                         media_keys=(data.image_key, data.video_key),
-                        images=run_image_encoder(cfg, tokenizer), log=log)
+                        images=run_image_encoder(cfg, tokenizer, model_path=model_path),
+                        log=log)
 
 
 def run_stop_ids(cfg: Config, tokenizer, generation_config) -> list[int]:

@@ -28,6 +28,8 @@ class Sample:
     extra_info: dict = field(default_factory=dict)
     index: int = 0
     """Row number in its data file, for error messages and sample logs."""
+    images: tuple = ()
+    """The row's images as stored (bytes or paths), for thumbnails in generation logs."""
 
 
 @dataclass(slots=True)

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from thinkrl.cli import main
 from thinkrl.config import load_config
 from thinkrl.data.image_arith import write_splits
 from thinkrl.data.prep import PrepRequest, prepare
+from thinkrl.report import render_report
 from thinkrl.trainer import train
 
 from vl_helpers import SEED_004, SHARED, seed_004_overrides, small_run
@@ -43,7 +45,10 @@ def test_two_grpo_steps_on_image_prompts(asset_cache, tiny_vl_dir, tmp_path):
         "data.max_prompt_length=128", "actor_rollout_ref.actor.use_kl_loss=True",
         # two optimizer steps per step: the old-policy log-prob pass runs on images too
         "actor_rollout_ref.actor.ppo_mini_batch_size=1",
-        "actor_rollout_ref.actor.freeze_vision_tower=True"]
+        "actor_rollout_ref.actor.freeze_vision_tower=True",
+        "trainer.log_train_generations=2", "trainer.log_val_generations=2",
+        "trainer.generations_log_freq=1",
+        "trainer.save_freq=2"]
     result = train(load_config(None, overrides), log=lambda *_: None)
     records = _metrics(result)
     assert [r["step"] for r in records] == [0, 1, 2]
@@ -54,6 +59,21 @@ def test_two_grpo_steps_on_image_prompts(asset_cache, tiny_vl_dir, tmp_path):
     # The first mini-batch of a step is still on-policy: pi_old = pi there, so
     # its clipped fraction can only come from the second one.
     assert records[1]["actor/pg_clipfrac"] <= 0.5
+    run_dir = Path(result.run_dir)
+    # Generation logs carry the prompt's image as a thumbnail; the report shows it.
+    for name in ("train_step_1.jsonl", "val_step_0.jsonl"):
+        saved = [json.loads(line) for line in (run_dir / "generations" / name).open()]
+        assert saved and all(g["images"][0].startswith("data:image/png;base64,") for g in saved)
+        assert all("<image>" in g["prompt"] for g in saved)
+    page = render_report(run_dir).html.read_text()
+    assert page.count('<img class="thumb"') >= 2
+    # The checkpoint holds the image processor: `thinkrl eval` on it reads image rows.
+    assert (run_dir / "global_step_2" / "actor" / "preprocessor_config.json").is_file()
+    out = tmp_path / "eval"
+    assert main(["eval", "--model", str(run_dir), "--data", str(files["test"]),
+                 "--max-new-tokens", "4", "--out", str(out), "trainer.device=cpu"]) == 0
+    evaluated = [json.loads(line) for line in (out / "generations.jsonl").open()]
+    assert len(evaluated) == 2 and all(g["images"] for g in evaluated)
 
 
 def test_two_grpo_steps_on_gsm8k_text(asset_cache, tiny_vl_dir, gsm8k_files, tmp_path):

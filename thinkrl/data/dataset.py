@@ -73,7 +73,7 @@ def load_prompts(files: str | list[str], tokenizer, *, key: str, prompt_key: str
             sample = Sample(data_source=row[reward_fn_key],
                             ground_truth=str(row["reward_model"]["ground_truth"]),
                             prompt_text=text, extra_info=dict(row.get("extra_info") or {}),
-                            index=index)
+                            index=index, images=pictures.values if pictures else ())
             prompts.append(Prompt(ids=ids, sample=sample, images=pictures))
     if too_long and not filter_overlong and truncation == "error":
         longest, path, index = max(too_long)

@@ -208,3 +208,22 @@ def check_image_backend(cfg, prompts) -> None:
             f"over {cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes} devices",
             "set trainer.n_gpus_per_node=1 trainer.nnodes=1 (or trainer.backend=local), "
             "or train on text prompts")
+
+
+THUMBNAIL_PIXELS = 160
+"""Longest side of the thumbnails in generation logs and the report."""
+
+
+def thumbnail_uri(value, *, size: int = THUMBNAIL_PIXELS) -> str:
+    """A small PNG of an image cell as a data URI (for generations/*.jsonl);
+    an image that does not open gives an empty string."""
+    import base64
+
+    try:
+        image = open_image(value, where="thumbnail")
+    except ValueError:
+        return ""
+    image.thumbnail((size, size))
+    out = io.BytesIO()
+    image.save(out, format="PNG", optimize=True)
+    return "data:image/png;base64," + base64.b64encode(out.getvalue()).decode("ascii")

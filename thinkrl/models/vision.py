@@ -133,3 +133,19 @@ def with_prompt_positions(model: torch.nn.Module, input_ids: Tensor, attention_m
     positions = prompt_positions(model, input_ids.cpu(), attention_mask.cpu(),
                                  torch.cat(grids) if grids else None)
     return ModelInputs(inputs.pixel_values, inputs.image_grid_thw, positions)
+
+
+PROCESSOR_FILES = ("preprocessor_config.json", "chat_template.json", "chat_template.jinja",
+                   "processor_config.json", "video_preprocessor_config.json")
+"""What a VL model folder holds beside the weights and tokenizer: checkpoints
+and exports carry them so that they load (and evaluate) like the original."""
+
+
+def copy_processor_files(model_path: str, out: Path) -> None:
+    """Copy the model folder's processor files into `out` (a checkpoint's actor folder)."""
+    import shutil
+
+    source = Path(model_path).expanduser()
+    for name in PROCESSOR_FILES:
+        if (source / name).is_file():
+            shutil.copyfile(source / name, Path(out) / name)
