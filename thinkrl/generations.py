@@ -136,6 +136,8 @@ def write_jsonl(path: str | Path, generations: Sequence[Generation], *,
     with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as f:
         for generation in generations:
             record = asdict(generation)
+            if not record["images"]:  # text prompts: the file stays as it was
+                del record["images"]
             if step is not None:
                 record = {"step": step, **record}
             f.write(json.dumps(record, ensure_ascii=False) + "\n")

@@ -148,3 +148,33 @@ def test_model_layout_of_positions():
     assert torch.equal(to_model_positions(rows_first)[1, 0], rows_first[0, 1])
     flat = torch.arange(8).view(2, 4)
     assert to_model_positions(flat) is flat
+
+
+def test_other_vision_language_models_are_refused(tmp_path):
+    import json
+
+    from thinkrl.errors import SetupError
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llava",
+                                                      "vision_config": {}}))
+    with pytest.raises(SetupError, match=r"of type 'llava'.*use one of Qwen2.5-VL, Qwen2-VL"):
+        load_causal_lm(str(tmp_path), dtype=torch.float32, device=torch.device("cpu"))
+
+
+def test_qwen2_vl_takes_the_same_path(tmp_path):
+    from conftest import QWEN_TOKENIZER
+    from thinkrl.models.tiny_vl import TinyVLSpec, build_tiny_vl
+
+    if not (QWEN_TOKENIZER / "vocab.json").is_file():
+        pytest.skip("../shared/data is absent")
+    folder = build_tiny_vl(tmp_path / "qwen2-vl", tokenizer_dir=QWEN_TOKENIZER,
+                           spec=TinyVLSpec(model_type="qwen2_vl"))
+    model = load_causal_lm(str(folder), dtype=torch.float32, device=torch.device("cpu"))
+    assert type(model).__name__ == "Qwen2VLForConditionalGeneration"
+    tokenizer = load_tokenizer(str(folder))
+    encoder = ImageEncoder.from_model(str(folder), tokenizer)
+    batch = collate(prompts(tokenizer, encoder, [("<image>What is written?", [png("5 - 2")]),
+                                                 ("No image", [])]),
+                    pad_token_id=tokenizer.pad_token_id)
+    rollouts, train = rollout_and_training_logprobs(model, tokenizer, batch, n=2, max_tokens=5)
+    mask = rollouts.response_mask.bool()
+    assert torch.allclose(rollouts.rollout_logprobs[mask], train[mask], atol=1e-4)

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from thinkrl.cli import main
 from thinkrl.config import load_config
@@ -45,7 +47,10 @@ def test_two_grpo_steps_on_image_prompts(asset_cache, tiny_vl_dir, tmp_path):
         "data.max_prompt_length=128", "actor_rollout_ref.actor.use_kl_loss=True",
         # two optimizer steps per step: the old-policy log-prob pass runs on images too
         "actor_rollout_ref.actor.ppo_mini_batch_size=1",
-        "actor_rollout_ref.actor.freeze_vision_tower=True",
+        "actor_rollout_ref.model.freeze_vision_tower=True",
+        # A random model scores 0 everywhere (no policy gradient): the entropy
+        # bonus gives every weight, the tower's too if it were not frozen, a gradient.
+        "actor_rollout_ref.actor.entropy_coeff=0.01", "actor_rollout_ref.actor.optim.lr=1e-3",
         "trainer.log_train_generations=2", "trainer.log_val_generations=2",
         "trainer.generations_log_freq=1",
         "trainer.save_freq=2"]
@@ -60,6 +65,12 @@ def test_two_grpo_steps_on_image_prompts(asset_cache, tiny_vl_dir, tmp_path):
     # its clipped fraction can only come from the second one.
     assert records[1]["actor/pg_clipfrac"] <= 0.5
     run_dir = Path(result.run_dir)
+    # model.freeze_vision_tower: the tower's weights are the initial ones, the rest moved.
+    before = load_file(tiny_vl_dir / "model.safetensors")
+    after = load_file(run_dir / "global_step_2" / "actor" / "model.safetensors")
+    tower = [name for name in before if ".visual." in f".{name}"]
+    assert tower and all(torch.equal(before[name], after[name]) for name in tower)
+    assert any(not torch.equal(before[name], after[name]) for name in before if name not in tower)
     # Generation logs carry the prompt's image as a thumbnail; the report shows it.
     for name in ("train_step_1.jsonl", "val_step_0.jsonl"):
         saved = [json.loads(line) for line in (run_dir / "generations" / name).open()]

@@ -33,16 +33,23 @@ class TinyVLSpec:
     max_pixels: int = 28 * 28 * 16
     """Largest image area after resizing (16 merged tokens): keeps prompts short."""
     seed: int = 0
+    model_type: str = "qwen2_5_vl"
+    """"qwen2_5_vl" or "qwen2_vl" (its vision tower has no window attention)."""
 
 
 def tiny_vl_config(spec: TinyVLSpec, *, vocab_size: int):
-    from transformers import Qwen2_5_VLConfig
+    from transformers import Qwen2_5_VLConfig, Qwen2VLConfig
 
     text = dict(hidden_size=spec.hidden_size, intermediate_size=2 * spec.hidden_size,
                 num_hidden_layers=spec.num_layers, num_attention_heads=4, num_key_value_heads=2,
                 vocab_size=vocab_size, max_position_embeddings=4096,
                 rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3],
                                  "rope_theta": 10000.0})
+    if spec.model_type == "qwen2_vl":  # the merger's output width is `hidden_size` there
+        vision = dict(depth=spec.vision_depth, embed_dim=spec.vision_hidden_size,
+                      hidden_size=spec.hidden_size, num_heads=2, mlp_ratio=2)
+        return Qwen2VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=True,
+                             **VISION_TOKENS)
     vision = dict(depth=spec.vision_depth, hidden_size=spec.vision_hidden_size,
                   intermediate_size=2 * spec.vision_hidden_size, num_heads=2,
                   out_hidden_size=spec.hidden_size, fullatt_block_indexes=[spec.vision_depth - 1],
@@ -54,7 +61,7 @@ def tiny_vl_config(spec: TinyVLSpec, *, vocab_size: int):
 def build_tiny_vl(out_dir: Path, *, tokenizer_dir: Path, spec: TinyVLSpec = TinyVLSpec()) -> Path:
     """Write the tiny model, the tokenizer of `tokenizer_dir` and the image
     processor's preprocessor_config.json into `out_dir`; returns it."""
-    from transformers import AutoTokenizer, GenerationConfig, Qwen2_5_VLForConditionalGeneration
+    from transformers import AutoModelForImageTextToText, AutoTokenizer, GenerationConfig
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
         Qwen2VLImageProcessorPil)
 
@@ -68,7 +75,7 @@ def build_tiny_vl(out_dir: Path, *, tokenizer_dir: Path, spec: TinyVLSpec = Tiny
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(spec.seed)
     try:
-        model = Qwen2_5_VLForConditionalGeneration(config)
+        model = AutoModelForImageTextToText.from_config(config)
     finally:
         torch.random.set_rng_state(generator_state)
     model.generation_config = GenerationConfig(eos_token_id=[tokenizer.eos_token_id],

@@ -69,9 +69,9 @@ def load_vision_model(path: str, *, dtype: torch.dtype, trust_remote_code: bool 
         path, dtype=dtype, trust_remote_code=trust_remote_code, **overrides)
 
 
-def apply_actor_settings(model: torch.nn.Module, actor_cfg) -> None:
-    """actor.freeze_vision_tower on a VL model (before the optimizer is made)."""
-    if actor_cfg.freeze_vision_tower and getattr(model.config, "vision_config", None) is not None:
+def apply_model_settings(model: torch.nn.Module, model_cfg) -> None:
+    """model.freeze_vision_tower on a VL model (before the optimizer is made)."""
+    if model_cfg.freeze_vision_tower and getattr(model.config, "vision_config", None) is not None:
         freeze_vision_tower(model)
 
 

@@ -23,7 +23,7 @@ import torch
 
 from thinkrl.config import Config, DerivedSizes
 from thinkrl.models.loading import check_model_fits, load_causal_lm
-from thinkrl.models.vision import apply_actor_settings
+from thinkrl.models.vision import apply_model_settings
 from thinkrl.parallel import fsdp
 from thinkrl.parallel.device import autocast, bind_rank_device, compute_dtype, resolve_device
 from thinkrl.parallel.distributed import init_process_group
@@ -91,7 +91,7 @@ class PolicyRank:
         self.autocast = autocast(self.device, dtype)
         model = self._load(gradient_checkpointing=arr.model.enable_gradient_checkpointing)
         check_model_fits(model, spec.tokenizer_size, spec.sizes, model_path=spec.model_path)
-        apply_actor_settings(model, arr.actor)  # VL: actor.freeze_vision_tower
+        apply_model_settings(model, arr.model)  # VL: model.freeze_vision_tower
         if sharded:
             fsdp.parallelize(model, compute_dtype=dtype, param_offload=offload[0])
         sizes, rollout = spec.sizes, arr.rollout
