@@ -7,7 +7,6 @@ import importlib.util
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import torch
 
 from thinkrl.data.dataset import collate, load_prompts
 from thinkrl.data.images import ImageEncoder, open_image, row_images, vision_tokens

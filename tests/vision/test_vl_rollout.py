@@ -63,8 +63,8 @@ def test_text_prompts_sample_with_the_training_logprobs(vl):
     assert batch.model_inputs is None  # text prompts take the causal-LM path
     rollouts, train = rollout_and_training_logprobs(model, tokenizer, batch, n=2, max_tokens=6)
     mask = rollouts.response_mask.bool()
-    # float32 on the CPU: a KV-cached decode and a full forward agree to ~1e-6
-    assert torch.allclose(rollouts.rollout_logprobs[mask], train[mask], atol=1e-4)
+    # float32 on the CPU: a KV-cached decode and a full forward agree to ~3e-6 (measured)
+    assert torch.allclose(rollouts.rollout_logprobs[mask], train[mask], atol=2e-5)
 
 
 def test_image_prompts_sample_with_the_training_logprobs(vl):
@@ -77,7 +77,7 @@ def test_image_prompts_sample_with_the_training_logprobs(vl):
     assert [g.shape[0] for g in grids] == [1, 0, 2]
     rollouts, train = rollout_and_training_logprobs(model, tokenizer, batch, n=2, max_tokens=6)
     mask = rollouts.response_mask.bool()
-    assert torch.allclose(rollouts.rollout_logprobs[mask], train[mask], atol=1e-4)
+    assert torch.allclose(rollouts.rollout_logprobs[mask], train[mask], atol=2e-5)
     # The positions every pass used are the model's own get_rope_index over
     # the whole sequence (prompt + response) wherever the mask is 1.
     input_ids, attention_mask, positions = rollouts.sequences()  # [N, 3, S]
@@ -177,4 +177,4 @@ def test_qwen2_vl_takes_the_same_path(tmp_path):
                     pad_token_id=tokenizer.pad_token_id)
     rollouts, train = rollout_and_training_logprobs(model, tokenizer, batch, n=2, max_tokens=5)
     mask = rollouts.response_mask.bool()
-    assert torch.allclose(rollouts.rollout_logprobs[mask], train[mask], atol=1e-4)
+    assert torch.allclose(rollouts.rollout_logprobs[mask], train[mask], atol=2e-5)
