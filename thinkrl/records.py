@@ -71,6 +71,22 @@ class ModelInputs:
                    [t for p in parts for t in p.image_grid_thw],
                    None if any(t is None for t in positions) else torch.cat(positions))
 
+    @classmethod
+    def text_only(cls, prompt_mask: Tensor) -> "ModelInputs":
+        """Rows without images, for a record that must line up with image rows:
+        their M-RoPE positions are the 1-D positions in all three components."""
+        positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)  # [N, P]
+        rows = prompt_mask.shape[0]
+        return cls([torch.zeros(0)] * rows, [torch.zeros(0, 3, dtype=torch.long)] * rows,
+                   positions[:, None, :].expand(-1, 3, -1).contiguous())
+
+    def left_padded(self, width: int) -> "ModelInputs":
+        """Prompt positions left-padded with 0 to `width` columns (re-padded prompts)."""
+        assert self.prompt_positions is not None
+        pad = width - self.prompt_positions.shape[-1]
+        return ModelInputs(self.pixel_values, self.image_grid_thw,
+                           torch.nn.functional.pad(self.prompt_positions, (pad, 0)))
+
     def sequence_positions(self, response_length: int) -> Tensor:
         """M-RoPE positions of prompt + response [N, 3, P + R]. Response
         tokens are text: all three components of token t are the prompt's
@@ -145,8 +161,9 @@ class Rollouts:
             finish_reasons=[r for p in parts for r in p.finish_reasons],
             group_ids=torch.cat([p.group_ids + off for p, off in zip(parts, offsets.tolist())]),
             samples=[s for p in parts for s in p.samples],
-            model_inputs=(ModelInputs.concat([p.model_inputs for p in parts])
-                          if parts[0].model_inputs is not None else None))
+            model_inputs=(ModelInputs.concat([p.model_inputs or ModelInputs.text_only(p.prompt_mask)
+                                              for p in parts])
+                          if any(p.model_inputs is not None for p in parts) else None))
 
     @property
     def response_lengths(self) -> Tensor:  # [N]

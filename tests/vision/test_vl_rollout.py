@@ -178,3 +178,38 @@ def test_qwen2_vl_takes_the_same_path(tmp_path):
     rollouts, train = rollout_and_training_logprobs(model, tokenizer, batch, n=2, max_tokens=5)
     mask = rollouts.response_mask.bool()
     assert torch.allclose(rollouts.rollout_logprobs[mask], train[mask], atol=2e-5)
+
+
+def test_dapo_batches_concatenate_with_their_images_and_positions(vl):
+    # DAPO's dynamic sampling joins generation batches of different prompt
+    # widths (and a batch may hold no image at all): the joined record must
+    # still give each row the positions get_rope_index gives its sequence.
+    from thinkrl.dynamic_sampling import ScoredRollouts, _concat
+    from thinkrl.rewards.scorer import ScoreResult
+
+    model, tokenizer, encoder = vl
+    engine = NativeEngine(model, eos_token_ids=[tokenizer.eos_token_id],
+                          pad_token_id=tokenizer.pad_token_id, seed=1)
+    params = SamplingParams(n=2, max_tokens=4)
+    wide = collate(prompts(tokenizer, encoder, [("<image> and <image>: a long question here?",
+                                                 [png("1"), png("22", size=(84, 140))])]),
+                   pad_token_id=tokenizer.pad_token_id)
+    text = collate(prompts(tokenizer, encoder, [("Hi", [])]), pad_token_id=tokenizer.pad_token_id)
+    parts = []
+    for batch in (wide, text):
+        r = engine.generate(batch, params)
+        scored = ScoreResult(torch.zeros(len(r)), 0, 0)
+        parts.append(ScoredRollouts(r, [""] * len(r), scored, torch.zeros(len(r)), {}))
+    joined = _concat(parts, pad_token_id=tokenizer.pad_token_id).rollouts
+    assert [g.shape[0] for g in joined.model_inputs.image_grid_thw] == [2, 2, 0, 0]
+    input_ids, mask, positions = joined.sequences()
+    grid = torch.cat([g for g in joined.model_inputs.image_grid_thw if g.numel()])
+    expected = prompt_positions(model, input_ids, mask, grid)
+    keep = mask.bool()[:, None, :].expand_as(expected)
+    assert torch.equal(positions[keep], expected[keep])
+    with torch.no_grad():
+        train, _ = response_logprobs(model, input_ids, mask, positions,
+                                     response_length=joined.response_ids.shape[1],
+                                     temperature=1.0, model_inputs=joined.model_inputs)
+    rmask = joined.response_mask.bool()
+    assert torch.allclose(joined.rollout_logprobs[rmask], train[rmask], atol=2e-5)

@@ -122,7 +122,8 @@ def image_kwargs(inputs: ModelInputs | None, device: torch.device) -> dict:
     grids = [g for g in inputs.image_grid_thw if g.numel()]
     if not grids:
         return {}
-    return {"pixel_values": torch.cat(inputs.pixel_values).to(device),
+    pixels = [v for v in inputs.pixel_values if v.numel()]  # rows in order, as the image tokens
+    return {"pixel_values": torch.cat(pixels).to(device),
             "image_grid_thw": torch.cat(grids).to(device)}
 
 
