@@ -113,3 +113,19 @@ def test_seed_004_launch_line_runs_one_step(asset_cache, tiny_vl_dir, gsm8k_file
     result = train(cfg, log=lambda *_: None)
     records = _metrics(result)
     assert records[-1]["step"] == 1 and result.steps == 1
+
+
+def test_seed_004_text_prompts_on_two_ray_ranks(asset_cache, tiny_vl_dir, gsm8k_files, tmp_path):
+    # Seed 004 runs 8 devices: text prompts on a VL model shard with FSDP2 over
+    # Ray ranks like a causal LM (the vision tower's blocks are never called).
+    pytest.importorskip("ray")
+    if SEED_004 is None:
+        pytest.skip("../shared/seeds is absent")
+    overrides = seed_004_overrides() + small_run(
+        tiny_vl_dir, tmp_path / "run", gsm8k_files["train"], gsm8k_files["test"]) + [
+        "trainer.n_gpus_per_node=2", "trainer.total_training_steps=1",
+        "trainer.val_before_train=False", "reward.num_workers=0"]
+    result = train(load_config(None, overrides), log=lambda *_: None)
+    records = _metrics(result)
+    assert records[-1]["step"] == 1 and records[-1]["actor/skipped_updates"] == 0
+    assert (Path(result.run_dir) / "logs" / "rank_1.log").is_file()  # two Ray ranks ran
