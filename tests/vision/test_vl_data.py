@@ -165,3 +165,15 @@ def test_image_prompts_are_refused_on_the_ray_backend_text_ones_are_not(tmp_path
         check_image_backend(ray, prompts)
     check_image_backend(ray, prompts[1:])  # text prompts on a VL model: any backend
     check_image_backend(load_config(None, []), prompts)  # one device: local
+
+
+def test_pixel_bounds_are_checked_with_the_config():
+    from thinkrl.config import load_config, validate
+
+    base = ["actor_rollout_ref.rollout.n=2"]
+    validate(load_config(None, base + ["data.min_pixels=3136", "data.max_pixels=802816"]))
+    with pytest.raises(ValueError, match=r"data.min_pixels=5000: must not exceed "
+                                         r"data.max_pixels=4000"):
+        validate(load_config(None, base + ["data.min_pixels=5000", "data.max_pixels=4000"]))
+    with pytest.raises(ValueError, match=r"data.max_pixels=100: an image needs at least 784"):
+        validate(load_config(None, base + ["data.max_pixels=100"]))

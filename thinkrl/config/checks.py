@@ -252,6 +252,12 @@ def _check_combinations(cfg: Config, bad: Callable[[str, str], None], problems: 
     problems.extend(f"  - {problem}" for problem in
                     reward_verifier_problems(cfg.reward, cfg.custom_reward_function.path))
     _check_algorithm(cfg, bad)
+    pixels = (cfg.data.min_pixels, cfg.data.max_pixels)
+    if any(p is not None and p < 28 * 28 for p in pixels):  # one merged patch of 28 x 28
+        bad("data.min_pixels" if pixels[0] is not None and pixels[0] < 784 else "data.max_pixels",
+            "an image needs at least 784 pixels (one 28 x 28 vision token)")
+    elif None not in pixels and pixels[0] > pixels[1]:
+        bad("data.min_pixels", f"must not exceed data.max_pixels={pixels[1]}")
     world = cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes
     if cfg.trainer.backend == "local" and world > 1:
         bad("trainer.backend", f"the local backend drives one device, but trainer.n_gpus_per_node x "
