@@ -153,7 +153,7 @@ def test_geo3k_scorer_weighs_answer_and_format_as_verl():
     assert compute_score("hiyouga/geometry3k", right, "2\\sqrt{3}")["score"] == 1.0
 
 
-def test_image_prompts_are_refused_on_the_ray_backend_text_ones_are_not(tmp_path, encoder):
+def test_image_prompts_on_the_ray_backend_need_a_frozen_tower(tmp_path, encoder):
     from thinkrl.config import load_config
     from thinkrl.data.images import check_image_backend
     from thinkrl.errors import SetupError
@@ -161,10 +161,14 @@ def test_image_prompts_are_refused_on_the_ray_backend_text_ones_are_not(tmp_path
     prompts = _load(tmp_path, [_row("<image>What is it?", [png("3 + 4")]), _row("Plain", None)],
                     encoder)
     ray = load_config(None, ["trainer.n_gpus_per_node=2"])
-    with pytest.raises(SetupError, match=r"rows.parquet, row 0 has images.*trainer.backend=local"):
+    with pytest.raises(SetupError, match=r"rows.parquet, row 0 has images.*language model "
+                                         r"only; set actor_rollout_ref.model.freeze_vision"):
         check_image_backend(ray, prompts)
     check_image_backend(ray, prompts[1:])  # text prompts on a VL model: any backend
     check_image_backend(load_config(None, []), prompts)  # one device: local
+    check_image_backend(load_config(None, ["trainer.n_gpus_per_node=2",
+                                           "actor_rollout_ref.model.freeze_vision_tower=True"]),
+                        prompts)
 
 
 def test_pixel_bounds_are_checked_with_the_config():

@@ -129,3 +129,65 @@ def test_seed_004_text_prompts_on_two_ray_ranks(asset_cache, tiny_vl_dir, gsm8k_
     records = _metrics(result)
     assert records[-1]["step"] == 1 and records[-1]["actor/skipped_updates"] == 0
     assert (Path(result.run_dir) / "logs" / "rank_1.log").is_file()  # two Ray ranks ran
+
+
+def test_image_and_text_prompts_on_two_ray_ranks_equal_one_process(asset_cache, tiny_vl_dir,
+                                                                   tmp_path):
+    # Rows with and without images spread over 2 ranks: the frozen tower is
+    # gathered with the root, so a rank without images never waits for a
+    # gather of its own; log-probs and the update equal one process's.
+    import pyarrow.parquet as pq
+
+    from thinkrl.build import build_run
+    from thinkrl.data.prep.examples import Example, to_verl_rows, write_rows
+    from thinkrl.data.synthetic import INSTRUCTION
+    from thinkrl.records import TrainBatch
+    drawn = pq.read_table(write_splits(tmp_path / "img", train=2, test=1)["train"]).to_pylist()
+    text = to_verl_rows([Example(question=f"What is {a} + 1?", ground_truth=str(a + 1),
+                                 data_source="thinkrl/arith", ability="math") for a in (3, 5)],
+                        split="train", instruction=INSTRUCTION)
+    for row in text:
+        row["images"] = []
+    write_rows(drawn + text, tmp_path / "mixed.parquet")
+
+    def cfg(name, *extra):
+        return load_config(None, small_run(tiny_vl_dir, tmp_path / name, tmp_path / "mixed.parquet",
+                                           tmp_path / "mixed.parquet") + [
+            "data.train_batch_size=4", "data.shuffle=False", "data.max_prompt_length=128",
+            "actor_rollout_ref.actor.use_kl_loss=True", "actor_rollout_ref.actor.optim.lr=1e-3",
+            "actor_rollout_ref.model.freeze_vision_tower=True", "reward.num_workers=0",
+            "trainer.ray_wait_timeout_s=120", *extra])
+
+    local = build_run(cfg("local"), log=lambda *_: None)
+    sharded = build_run(cfg("ray", "trainer.n_gpus_per_node=2"), log=lambda *_: None)
+    try:
+        assert sharded.actor.group.world_size == 2
+        prompts = local.train_loader.next_batch()
+        assert [len(g) for g in prompts.model_inputs.image_grid_thw] == [1, 1, 0, 0]
+        rollouts = local.engine.generate(prompts, local.sampling)
+        seqs, r = rollouts.sequences(), rollouts.response_ids.shape[1]
+        images = {"model_inputs": rollouts.model_inputs}
+        old_local = local.actor.compute_log_prob(*seqs, response_length=r, **images)
+        old_ray = sharded.actor.compute_log_prob(*seqs, response_length=r, **images)
+        torch.testing.assert_close(old_ray, old_local, rtol=0, atol=1e-5)
+        ref_ray = sharded.reference.compute_ref_log_prob(*seqs, response_length=r, **images)
+        torch.testing.assert_close(ref_ray, old_local, rtol=0, atol=1e-5)
+        # the engine of rank 0 alone (prompts 0-1, with images) and rank 1 (text)
+        ray_rollouts = sharded.engine.generate(prompts, sharded.sampling)
+        assert len(ray_rollouts) == len(rollouts)
+
+        advantages = torch.randn(len(rollouts), 1, generator=torch.Generator().manual_seed(0))
+        batch = TrainBatch(*seqs, response_mask=rollouts.response_mask.float(),
+                           advantages=advantages.expand(-1, r) * rollouts.response_mask,
+                           old_logprobs=old_local, ref_logprobs=old_local,
+                           model_inputs=rollouts.model_inputs)
+        m_local = local.actor.update_policy(batch, mini_batch_size=8)
+        m_ray = sharded.actor.update_policy(batch, mini_batch_size=8)
+        for key in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm"):
+            assert m_ray[key] == pytest.approx(m_local[key], rel=1e-5, abs=1e-7), key
+        after = sharded.actor.full_weights()
+        for name, tensor in local.actor.model.state_dict().items():
+            torch.testing.assert_close(after[name], tensor, rtol=0, atol=1e-5, msg=name)
+    finally:
+        local.close()
+        sharded.close()

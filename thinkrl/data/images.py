@@ -192,22 +192,23 @@ def run_image_encoder(cfg, tokenizer, *, model_path: str | None = None) -> Image
 
 
 def check_image_backend(cfg, prompts) -> None:
-    """Image prompts run on the local backend only: under FSDP2 (ray) a rank
-    whose micro-batch holds no image would skip the vision tower's collective
-    gathers that the other ranks wait on. Text prompts on a VL model are fine."""
+    """Image prompts under trainer.backend=ray need a frozen vision tower:
+    FSDP2 then gathers it with the root on every rank (a rank whose rows hold
+    no image never calls it), and no rank's gradient for it can be missing
+    from the others' reduction. Text prompts on a VL model need nothing."""
     from thinkrl.config import execution_backend
     from thinkrl.errors import SetupError
 
-    if execution_backend(cfg) != "ray":
+    if execution_backend(cfg) != "ray" or cfg.actor_rollout_ref.model.freeze_vision_tower:
         return
     with_images = next((p for p in prompts if p.images is not None), None)
     if with_images is not None:
         raise SetupError(
-            f"{with_images.images.where} has images, and image prompts train on one device "
-            f"(trainer.backend=local) in this release; trainer.backend=ray shards the model "
-            f"over {cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes} devices",
-            "set trainer.n_gpus_per_node=1 trainer.nnodes=1 (or trainer.backend=local), "
-            "or train on text prompts")
+            f"{with_images.images.where} has images; over several devices (trainer.backend=ray, "
+            f"{cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes} devices) image prompts train "
+            "the language model only",
+            "set actor_rollout_ref.model.freeze_vision_tower=True, or train on one device "
+            "(trainer.n_gpus_per_node=1 trainer.nnodes=1)")
 
 
 THUMBNAIL_PIXELS = 160

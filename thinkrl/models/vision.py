@@ -150,3 +150,12 @@ def copy_processor_files(model_path: str, out: Path) -> None:
     for name in PROCESSOR_FILES:
         if (source / name).is_file():
             shutil.copyfile(source / name, Path(out) / name)
+
+
+def unsplit_modules(model: torch.nn.Module, model_cfg) -> tuple[torch.nn.Module, ...]:
+    """What FSDP2 shards with the root instead of block by block: a frozen
+    vision tower, so that ranks whose rows hold no image need not call it
+    (image prompts under trainer.backend=ray need model.freeze_vision_tower)."""
+    if model_cfg.freeze_vision_tower and getattr(model.config, "vision_config", None) is not None:
+        return (vision_tower(model),)
+    return ()
