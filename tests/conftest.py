@@ -44,3 +44,16 @@ def tiny_run(asset_cache, tiny_model_dir, tmp_path):
     """Overrides that point the tiny recipe at the test model and a temp run dir."""
     return [f"actor_rollout_ref.model.path={tiny_model_dir}",
             f"trainer.default_local_dir={tmp_path / 'run'}"]
+
+
+QWEN_TOKENIZER = SHARED_DATA / "tokenizers" / "qwen2.5"
+
+
+@pytest.fixture(scope="session")
+def tiny_vl_dir(tmp_path_factory) -> Path:
+    """A tiny Qwen2.5-VL folder (random weights, the real Qwen2.5 tokenizer,
+    a Qwen2-VL image processor); skips without ../shared/data."""
+    if not (QWEN_TOKENIZER / "vocab.json").is_file():
+        pytest.skip("../shared/data (the Qwen2.5 tokenizer) is absent")
+    from thinkrl.models.tiny_vl import build_tiny_vl
+    return build_tiny_vl(tmp_path_factory.mktemp("models") / "tiny-vl", tokenizer_dir=QWEN_TOKENIZER)

@@ -25,6 +25,7 @@ from thinkrl.checkpoint.state import Progress, load_checkpoint
 from thinkrl.config import Config, DerivedSizes, execution_backend, inactive_settings, validate
 from thinkrl.config.loading import config_to_dict
 from thinkrl.data.dataset import Prompt, PromptLoader, load_prompts
+from thinkrl.data.images import check_image_backend, run_image_encoder
 from thinkrl.data.templates import stop_token_ids
 from thinkrl.dynamic_sampling import generation_batch_size
 from thinkrl.errors import SetupError
@@ -168,6 +169,7 @@ def _assemble(cfg: Config, sizes: DerivedSizes, *, log=print) -> Run:
                                template=data.template, log=log)
     val_prompts = prompt_set(cfg, tokenizer, files=data.val_files, key="data.val_files",
                              template=data.val_template or data.template, log=log)
+    check_image_backend(cfg, train_prompts + val_prompts)  # images: local backend only
     reward = RewardScorer.from_config(cfg)  # a bad custom reward file stops the run here
     # An unknown data_source stops the run here, not at step 1.
     reward.check_sources(p.sample.data_source for p in train_prompts + val_prompts)
@@ -278,16 +280,20 @@ def run_tokenizer(cfg: Config, model_path: str):
     return load_tokenizer(tokenizer_path(cfg, model_path), **tokenizer_options(cfg))
 
 
-def prompt_set(cfg: Config, tokenizer, *, files, key: str, template: str, log=print) -> list[Prompt]:
+def prompt_set(cfg: Config, tokenizer, *, files, key: str, template: str, log=print,
+               model_path: str | None = None) -> list[Prompt]:
     """The prompts of `files` (the value of config `key`), rendered with
-    `template` and checked against the data.* length settings."""
+    `template` and checked against the data.* length settings; image rows
+    with the image processor of `model_path` (default: the config's model)."""
     data = cfg.data
     return load_prompts(builtin.resolve_data_files(files, log=log), tokenizer, key=key,
                         template=template, prompt_key=data.prompt_key,
                         reward_fn_key=data.reward_fn_key, max_prompt_length=data.max_prompt_length,
                         filter_overlong=data.filter_overlong_prompts, truncation=data.truncation,
                         chat_kwargs=data.apply_chat_template_kwargs,
-                        media_keys=(data.image_key, data.video_key), log=log)
+                        media_keys=(data.image_key, data.video_key),
+                        images=run_image_encoder(cfg, tokenizer, model_path=model_path),
+                        log=log)
 
 
 def run_stop_ids(cfg: Config, tokenizer, generation_config) -> list[int]:

@@ -27,7 +27,7 @@ from torch import Tensor
 from thinkrl.algos.dapo import mixed_groups, overlong_penalty
 from thinkrl.config import Config
 from thinkrl.metrics import StageTimer
-from thinkrl.records import PromptBatch, Rollouts
+from thinkrl.records import ModelInputs, PromptBatch, Rollouts
 from thinkrl.rewards.scorer import ScoreResult
 from thinkrl.rewards.scoring import decode_responses
 
@@ -146,11 +146,21 @@ def _select(part: ScoredRollouts, rows: Tensor) -> ScoredRollouts:
     r, s, picks = part.rollouts, part.scored, rows.tolist()
     rollouts = Rollouts(r.prompt_ids[rows], r.prompt_mask[rows], r.response_ids[rows], r.response_mask[rows],
                         r.rollout_logprobs[rows], [r.finish_reasons[i] for i in picks], r.group_ids[rows],
-                        [r.samples[i] for i in picks])
+                        [r.samples[i] for i in picks],
+                        None if r.model_inputs is None else r.model_inputs.select(rows))
     scored = ScoreResult(s.scores[rows], s.errors, s.timeouts, [s.parts[i] for i in picks] if s.parts else [])
     baselines = None if part.reward_baselines is None else part.reward_baselines[rows]
     return ScoredRollouts(rollouts, [part.texts[i] for i in picks], scored, part.raw_scores[rows],
                           dict(part.metrics), baselines)
+
+
+def _concat_images(parts: list[Rollouts], width: int) -> ModelInputs | None:
+    """The batches' images and M-RoPE prompt positions, re-padded like the prompts
+    (a batch without images gets plain positions); None when no batch has images."""
+    if all(r.model_inputs is None for r in parts):
+        return None
+    return ModelInputs.concat([
+        (r.model_inputs or ModelInputs.text_only(r.prompt_mask)).left_padded(width) for r in parts])
 
 
 def _concat(parts: list[ScoredRollouts], *, pad_token_id: int) -> ScoredRollouts:
@@ -174,7 +184,8 @@ def _concat(parts: list[ScoredRollouts], *, pad_token_id: int) -> ScoredRollouts
     rollouts = Rollouts(torch.cat(fields["pi"]), torch.cat(fields["pm"]), torch.cat(fields["ri"]),
                         torch.cat(fields["rm"]), torch.cat(fields["lp"]),
                         [f for p in parts for f in p.rollouts.finish_reasons], group_ids,
-                        [s for p in parts for s in p.rollouts.samples])
+                        [s for p in parts for s in p.rollouts.samples],
+                        _concat_images([p.rollouts for p in parts], width_p))
     scored = ScoreResult(torch.cat([p.scored.scores for p in parts]),
                          sum(p.scored.errors for p in parts), sum(p.scored.timeouts for p in parts),
                          [x for p in parts for x in p.scored.parts])

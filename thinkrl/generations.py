@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from thinkrl.atomic import atomic_path
-from thinkrl.records import Rollouts
+from thinkrl.records import Rollouts, Sample
 
 KINDS = ("train", "val")
 
@@ -40,6 +40,8 @@ class Generation:
     accuracy: float | None = None
     """The scorer's accuracy part when it reports one (r1: 1.0 for a right
     answer, whatever the format); None when the score is all there is."""
+    images: tuple[str, ...] = ()
+    """Thumbnails of the prompt's images (PNG data URIs), for the report."""
 
 
 def generations_from_rollouts(rollouts: Rollouts, *, texts: Sequence[str],
@@ -56,14 +58,31 @@ def generations_from_rollouts(rollouts: Rollouts, *, texts: Sequence[str],
     lengths = rollouts.response_lengths.tolist()
     groups = rollouts.group_ids.tolist()
     accuracies = [p.get("accuracy") for p in parts] if parts else [None] * len(texts)
+    thumbnails = Thumbnails()
     return [Generation(data_source=sample.data_source, prompt=sample.prompt_text,
                        response=text, ground_truth=sample.ground_truth, score=float(score),
                        response_length=int(length), finish_reason=reason,
                        prompt_index=prompt_offset + int(group), row=sample.index,
-                       accuracy=accuracy)
+                       accuracy=accuracy, images=thumbnails.of(sample))
             for sample, text, score, length, reason, group, accuracy
             in zip(rollouts.samples, texts, scores, lengths, rollouts.finish_reasons, groups,
                    accuracies)]
+
+
+class Thumbnails:
+    """Thumbnails of samples' images, made once per prompt (its G responses share them)."""
+
+    def __init__(self) -> None:
+        self._made: dict[int, tuple[str, ...]] = {}
+
+    def of(self, sample: Sample) -> tuple[str, ...]:
+        if not sample.images:
+            return ()
+        key = id(sample.images)
+        if key not in self._made:
+            from thinkrl.data.images import thumbnail_uri
+            self._made[key] = tuple(u for u in map(thumbnail_uri, sample.images) if u)
+        return self._made[key]
 
 
 def select_generations(generations: Sequence[Generation], count: int) -> list[Generation]:
@@ -117,6 +136,8 @@ def write_jsonl(path: str | Path, generations: Sequence[Generation], *,
     with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as f:
         for generation in generations:
             record = asdict(generation)
+            if not record["images"]:  # text prompts: the file stays as it was
+                del record["images"]
             if step is not None:
                 record = {"step": step, **record}
             f.write(json.dumps(record, ensure_ascii=False) + "\n")

@@ -28,6 +28,75 @@ class Sample:
     extra_info: dict = field(default_factory=dict)
     index: int = 0
     """Row number in its data file, for error messages and sample logs."""
+    images: tuple = ()
+    """The row's images as stored (bytes or paths), for thumbnails in generation logs."""
+
+
+@dataclass(slots=True)
+class ModelInputs:
+    """What a forward pass of a vision-language model needs beyond token ids,
+    one entry per row (rows own different numbers of images), CPU tensors.
+
+    The same record flows from the prompt batch through the rollout to the
+    log-prob passes and the update, so every pass sees the same pixels and
+    the same M-RoPE positions. D = channels * temporal_patch * patch**2."""
+
+    pixel_values: list[Tensor]
+    """Per row [patches_i, D] (0 patches for a text-only row)."""
+    image_grid_thw: list[Tensor]
+    """Per row [images_i, 3]: each image's (t, h, w) grid of patches."""
+    prompt_positions: Tensor | None = None
+    """[N, 3, P] M-RoPE positions of the prompt, from the model's own
+    get_rope_index (filled by the rollout engine at prefill)."""
+
+    def __len__(self) -> int:
+        return len(self.pixel_values)
+
+    def select(self, rows: Tensor | slice) -> "ModelInputs":
+        """The rows at `rows` (a slice or a LongTensor of row numbers)."""
+        index = range(len(self))[rows] if isinstance(rows, slice) else rows.tolist()
+        positions = None if self.prompt_positions is None else self.prompt_positions[rows]
+        return ModelInputs([self.pixel_values[i] for i in index],
+                           [self.image_grid_thw[i] for i in index], positions)
+
+    def repeat_interleave(self, g: int) -> "ModelInputs":
+        """Each row `g` times in a row (the G responses of a prompt)."""
+        return self.select(torch.arange(len(self)).repeat_interleave(g))
+
+    @classmethod
+    def concat(cls, parts: list["ModelInputs"]) -> "ModelInputs":
+        """Rows of `parts` one after the other (prompt widths must agree)."""
+        positions = [p.prompt_positions for p in parts]
+        return cls([t for p in parts for t in p.pixel_values],
+                   [t for p in parts for t in p.image_grid_thw],
+                   None if any(t is None for t in positions) else torch.cat(positions))
+
+    @classmethod
+    def text_only(cls, prompt_mask: Tensor) -> "ModelInputs":
+        """Rows without images, for a record that must line up with image rows:
+        their M-RoPE positions are the 1-D positions in all three components."""
+        positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)  # [N, P]
+        rows = prompt_mask.shape[0]
+        return cls([torch.zeros(0)] * rows, [torch.zeros(0, 3, dtype=torch.long)] * rows,
+                   positions[:, None, :].expand(-1, 3, -1).contiguous())
+
+    def left_padded(self, width: int) -> "ModelInputs":
+        """Prompt positions left-padded with 0 to `width` columns (re-padded prompts)."""
+        assert self.prompt_positions is not None
+        pad = width - self.prompt_positions.shape[-1]
+        return ModelInputs(self.pixel_values, self.image_grid_thw,
+                           torch.nn.functional.pad(self.prompt_positions, (pad, 0)))
+
+    def sequence_positions(self, response_length: int) -> Tensor:
+        """M-RoPE positions of prompt + response [N, 3, P + R]. Response
+        tokens are text: all three components of token t are the prompt's
+        largest position + 1 + t, as get_rope_index gives a text run after the
+        prompt and as the model's own decoding adds its rope delta. The last
+        prompt column holds that largest position (prompts end in text)."""
+        assert self.prompt_positions is not None, "the engine fills prompt_positions"
+        last = self.prompt_positions[..., -1:]  # [N, 3, 1]
+        steps = torch.arange(1, response_length + 1, dtype=last.dtype)  # [R]
+        return torch.cat([self.prompt_positions, last + steps], dim=-1)
 
 
 @dataclass(slots=True)
@@ -35,6 +104,8 @@ class PromptBatch:
     input_ids: Tensor  # [B, P] left-padded
     attention_mask: Tensor  # [B, P] 1 for real tokens
     samples: list[Sample]
+    model_inputs: ModelInputs | None = None
+    """Images of the prompts (vision-language models); None for text."""
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -42,7 +113,8 @@ class PromptBatch:
     def select(self, rows: Tensor) -> "PromptBatch":
         """The prompts at `rows` (a LongTensor), padding width unchanged."""
         return PromptBatch(self.input_ids[rows], self.attention_mask[rows],
-                           [self.samples[i] for i in rows.tolist()])
+                           [self.samples[i] for i in rows.tolist()],
+                           None if self.model_inputs is None else self.model_inputs.select(rows))
 
 
 FINISH_STOP = "stop"  # the model wrote EOS
@@ -61,6 +133,8 @@ class Rollouts:
     finish_reasons: list[str]
     group_ids: Tensor  # [N] index of the prompt in its PromptBatch
     samples: list[Sample]  # [N] the prompt's row, repeated per response
+    model_inputs: ModelInputs | None = None
+    """[N] rows: the prompts' images and M-RoPE positions (VL models)."""
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -86,16 +160,24 @@ class Rollouts:
             rollout_logprobs=torch.cat([pad(p.rollout_logprobs, 0.0) for p in parts]),
             finish_reasons=[r for p in parts for r in p.finish_reasons],
             group_ids=torch.cat([p.group_ids + off for p, off in zip(parts, offsets.tolist())]),
-            samples=[s for p in parts for s in p.samples])
+            samples=[s for p in parts for s in p.samples],
+            model_inputs=(ModelInputs.concat([p.model_inputs or ModelInputs.text_only(p.prompt_mask)
+                                              for p in parts])
+                          if any(p.model_inputs is not None for p in parts) else None))
 
     @property
     def response_lengths(self) -> Tensor:  # [N]
         return self.response_mask.sum(-1)
 
     def sequences(self) -> tuple[Tensor, Tensor, Tensor]:
-        """(input_ids, attention_mask, position_ids), each [N, P + R]."""
+        """(input_ids, attention_mask, position_ids), each [N, P + R]; with
+        images, position_ids are M-RoPE's [N, 3, P + R] (rows first, so that
+        selecting rows works alike for both)."""
         input_ids = torch.cat([self.prompt_ids, self.response_ids], dim=1)
         attention_mask = torch.cat([self.prompt_mask, self.response_mask], dim=1)
+        if self.model_inputs is not None:
+            return input_ids, attention_mask, self.model_inputs.sequence_positions(
+                self.response_ids.shape[1])
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         return input_ids, attention_mask, position_ids
 
@@ -106,11 +188,13 @@ class TrainBatch:
 
     input_ids: Tensor  # [N, P + R]
     attention_mask: Tensor  # [N, P + R]
-    position_ids: Tensor  # [N, P + R]
+    position_ids: Tensor  # [N, P + R]; [N, 3, P + R] for M-RoPE (images)
     response_mask: Tensor  # [N, R] float, 1 for response tokens
     advantages: Tensor  # [N, R]
     old_logprobs: Tensor | None  # [N, R]; None when the update is exactly on-policy
     ref_logprobs: Tensor | None  # [N, R]; None without a KL loss
+    model_inputs: ModelInputs | None = None
+    """The prompts' images (VL models); None for text."""
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -126,7 +210,8 @@ class TrainBatch:
         return TrainBatch(self.input_ids[index], self.attention_mask[index],
                           self.position_ids[index], self.response_mask[index],
                           self.advantages[index], pick(self.old_logprobs),
-                          pick(self.ref_logprobs))
+                          pick(self.ref_logprobs),
+                          None if self.model_inputs is None else self.model_inputs.select(index))
 
 
 @dataclass(slots=True)

@@ -151,7 +151,8 @@ def old_policy_logprobs(run: Run, rollouts: Rollouts, sequences: Sequences
     if run.on_policy and not run.cfg.algorithm.use_kl_in_reward and not run.recomputes_rollout_logprobs:
         return None
     return run.actor.compute_log_prob(*sequences,
-                                      response_length=rollouts.response_ids.shape[1])
+                                      response_length=rollouts.response_ids.shape[1],
+                                      **image_inputs(rollouts))
 
 
 def reference_logprobs(run: Run, rollouts: Rollouts, sequences: Sequences
@@ -160,7 +161,8 @@ def reference_logprobs(run: Run, rollouts: Rollouts, sequences: Sequences
     if run.reference is None:
         return None
     return run.reference.compute_ref_log_prob(*sequences,
-                                              response_length=rollouts.response_ids.shape[1])
+                                              response_length=rollouts.response_ids.shape[1],
+                                              **image_inputs(rollouts))
 
 
 def shaped_rewards(run: Run, rollouts: Rollouts, *, scores: torch.Tensor,
@@ -230,7 +232,13 @@ def train_batch(run: Run, rollouts: Rollouts, sequences: Sequences, *, advantage
                       position_ids=position_ids, response_mask=rollouts.response_mask.float(),
                       advantages=advantages,
                       old_logprobs=None if run.on_policy else old_logprobs,
-                      ref_logprobs=ref_logprobs if run.actor.kl_estimator is not None else None)
+                      ref_logprobs=ref_logprobs if run.actor.kl_estimator is not None else None,
+                      model_inputs=rollouts.model_inputs)
+
+
+def image_inputs(rollouts: Rollouts) -> dict:
+    """The log-prob passes' `model_inputs` keyword: the prompts' images (VL models)."""
+    return {} if rollouts.model_inputs is None else {"model_inputs": rollouts.model_inputs}
 
 
 def check_reward_failures(run: Run, scored, *, step: int) -> None:

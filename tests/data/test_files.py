@@ -193,7 +193,7 @@ def test_builtin_passes_paths_through_and_rejects_unknown_names(tmp_path, monkey
         builtin.resolve_model_path("builtin:tiny-llama")
 
 
-def test_rows_with_images_are_refused_not_trained_as_text(tmp_path):
+def test_rows_with_media_are_refused_not_trained_as_text(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -203,6 +203,6 @@ def test_rows_with_images_are_refused_not_trained_as_text(tmp_path):
            "reward_model": {"style": "rule", "ground_truth": "2"}, "images": [b"\x89PNG"]}
     path = tmp_path / "vl.parquet"
     pq.write_table(pa.Table.from_pylist([row]), path)
-    with pytest.raises(ValueError, match=r"row 0, column 'images'.*text prompts only"):
+    with pytest.raises(ValueError, match=r"row 0, column 'images' holds media.*videos are not"):
         read_rows(path, prompt_key="prompt", reward_fn_key="data_source", media_keys=("images",))
     assert read_rows(path, prompt_key="prompt", reward_fn_key="data_source")  # not asked: read

@@ -76,7 +76,7 @@ def test_good_tiny_configuration_has_no_fail_and_json_parses(tiny_run, capsys, m
     assert any("64.0 GiB" in r["found"] for r in rows if r["check"].startswith("memory/"))
     assert {r["status"] for r in rows} <= {"ok", "warn"}
     families = {r["check"].split("/")[0] for r in rows}
-    assert families == {"config", "data", "model", "versions", "environment", "disk", "memory"}
+    assert families == {"config", "data", "model", "vision", "versions", "environment", "disk", "memory"}
     assert set(rows[0]) == {"check", "status", "found", "fix"}
 
 

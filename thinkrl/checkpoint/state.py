@@ -42,6 +42,7 @@ from thinkrl.checkpoint.sharded import ACTOR_DIR, OPTIMIZER_FILE  # noqa: F401 (
 from thinkrl.checkpoint.store import MARKER, atomic_checkpoint, rotate, step_of
 from thinkrl.config.loading import config_to_dict
 from thinkrl.errors import RunStopped
+from thinkrl.models.vision import copy_processor_files
 
 FORMAT = 1
 TRAINER_STATE_FILE = "trainer_state.pt"
@@ -99,6 +100,7 @@ def save_checkpoint(run, progress: Progress, *, log=print) -> Path:
         if run.critic is not None:
             run.critic.save(tmp)
         run.tokenizer.save_pretrained(tmp / ACTOR_DIR)
+        copy_processor_files(run.model_path, tmp / ACTOR_DIR)  # VL: the image processor
         torch.save(_trainer_state(run, progress, actor_state), tmp / TRAINER_STATE_FILE)
         with (tmp / CONFIG_FILE).open("w") as f:
             yaml.safe_dump(config_to_dict(run.cfg), f, sort_keys=False)

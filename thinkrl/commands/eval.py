@@ -146,7 +146,7 @@ def run_eval(cfg, *, log=print):
     tokenizer = run_tokenizer(cfg, model_path)
     template = data.val_template or data.template
     prompts = prompt_set(cfg, tokenizer, files=data.val_files, key="--data (data.val_files)",
-                         template=template, log=log)
+                         template=template, log=log, model_path=model_path)
     reward = RewardScorer.from_config(cfg)
     reward.check_sources(p.sample.data_source for p in prompts)  # before any generation
     model = load_causal_lm(model_path, dtype=torch.float32, device=device,

@@ -4,6 +4,7 @@ Converts a public data set into verl's RL parquet schema (`train.parquet`,
 `test.parquet`), ready for data.train_files / data.val_files.
 
 Sources: gsm8k (jsonl, parquet or a Hugging Face folder with question/answer),
+geo3k (Geometry3K's Hugging Face parquet: images, problem, answer; verl's rows),
 math (MATH / MATH-500 jsonl), orz (Open-Reasoner-Zero training or eval JSON),
 jsonl (any file: name the fields and --data-source), builtin (the built-in
 arithmetic task; no --input).

@@ -27,7 +27,7 @@ __all__ = ["DerivedSizes", "execution_backend", "validate"]
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 KL_ESTIMATORS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
 # "auto" plus thinkrl.rewards.registry.SCORER_NAMES (not imported: it loads sympy; a test pins them equal)
-REWARD_SCORERS = ("auto", "gsm8k", "math", "r1", "exact")
+REWARD_SCORERS = ("auto", "gsm8k", "math", "r1", "exact", "geo3k")
 
 _ARR = "actor_rollout_ref"
 _CHOICES: dict[str, tuple[str, ...]] = {
@@ -261,6 +261,12 @@ def _check_combinations(cfg: Config, bad: Callable[[str, str], None], problems: 
                     reward_verifier_problems(cfg.reward, cfg.custom_reward_function.path))
     _check_algorithm(cfg, bad)
     problems.extend(critic_problems(cfg))
+    pixels = (cfg.data.min_pixels, cfg.data.max_pixels)
+    if any(p is not None and p < 28 * 28 for p in pixels):  # one merged patch of 28 x 28
+        bad("data.min_pixels" if pixels[0] is not None and pixels[0] < 784 else "data.max_pixels",
+            "an image needs at least 784 pixels (one 28 x 28 vision token)")
+    elif None not in pixels and pixels[0] > pixels[1]:
+        bad("data.min_pixels", f"must not exceed data.max_pixels={pixels[1]}")
     world = cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes
     if cfg.trainer.backend == "local" and world > 1:
         bad("trainer.backend", f"the local backend drives one device, but trainer.n_gpus_per_node x "

@@ -56,7 +56,7 @@ def inactive_settings(cfg: Config) -> list[str]:
                  "the model is in host memory already (trainer.device=cpu)")
     note((f"{_ARR}.model.use_remove_padding",), "thinkrl handles padding in its own log-prob code")
     note((f"{_ARR}.actor.use_torch_compile", f"{_ARR}.ref.use_torch_compile"), "thinkrl does not use torch.compile")
-    note(("data.image_key", "data.video_key"), "prompts are text-only; image and video columns are not read")
+    note(("data.video_key",), "video prompts are not supported (a row with videos is refused)")
     note(("data.dataloader_num_workers", "data.filter_overlong_prompts_workers", "data.use_shm"),
          "prompts are loaded in the main process")
     note((f"{_ARR}.model.use_liger", f"{_ARR}.model.use_fused_kernels", f"{_ARR}.model.enable_activation_offload",

@@ -65,6 +65,12 @@ class DataConfig:
     """Column holding images (multimodal data only)."""
     video_key: str = "videos"
     """Column holding videos (multimodal data only)."""
+    min_pixels: int | None = None
+    """Smallest image area in pixels after resizing (Qwen-VL processor's ``min_pixels``);
+    None keeps the model's preprocessor_config.json value."""
+    max_pixels: int | None = None
+    """Largest image area in pixels after resizing (``max_pixels``): bounds the vision
+    tokens of one image (area / 28**2); None keeps the model's preprocessor_config.json value."""
     return_raw_chat: bool = False
     """verl: keep the unrendered chat messages in the batch."""
     return_raw_input_ids: bool = False
@@ -266,8 +272,9 @@ class RewardConfig:
     """thinkrl: rule-based rewards (verl has no such group; its keys are thinkrl's own)."""
     scorer: str = "auto"
     """"auto": each row's data_source picks its scorer (as in verl); or one
-    scorer for every row: "gsm8k", "math", "r1" or "exact" (the stripped
-    response equals the stripped ground truth)."""
+    scorer for every row: "gsm8k", "math", "r1", "exact" (the stripped
+    response equals the stripped ground truth) or "geo3k" (verl's: 0.9 boxed answer +
+    0.1 think-then-boxed format)."""
     format_score: float = 0.0
     """gsm8k and math: score of a response with a well-formed but wrong answer."""
     r1_format_weight: float = 0.5

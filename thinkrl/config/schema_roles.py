@@ -88,6 +88,9 @@ class ModelConfig:
     dtype: str = "auto"
     """Compute dtype of forward passes: "auto" (float32 on CPU, bfloat16 on accelerators), "float32",
     "bfloat16", "float16". Weights and optimizer states stay float32 (mixed precision)."""
+    freeze_vision_tower: bool = False
+    """thinkrl (vision-language models): train the language model only; the vision tower and
+    its merger get no gradient and no optimizer state."""
 
 
 @dataclass

@@ -9,14 +9,17 @@ from pathlib import Path
 import torch
 
 from thinkrl.data.files import read_rows, resolve_files
+from thinkrl.data.images import ImageEncoder, RowImages, row_images
 from thinkrl.data.templates import TEMPLATES, render_prompt
-from thinkrl.records import PromptBatch, Sample
+from thinkrl.records import ModelInputs, PromptBatch, Sample
 
 
 @dataclass(frozen=True, slots=True)
 class Prompt:
     ids: list[int]
     sample: Sample
+    images: RowImages | None = None
+    """The row's images (vision-language models), decoded when batched."""
 
 
 def _truncate(ids: list[int], limit: int, side: str) -> list[int]:
@@ -31,9 +34,12 @@ def _truncate(ids: list[int], limit: int, side: str) -> list[int]:
 def load_prompts(files: str | list[str], tokenizer, *, key: str, prompt_key: str,
                  reward_fn_key: str, max_prompt_length: int, filter_overlong: bool,
                  truncation: str, chat_kwargs: dict, template: str = "chat",
-                 media_keys: tuple[str, ...] = (), log=print) -> list[Prompt]:
+                 media_keys: tuple[str, str] = ("images", "videos"),
+                 images: ImageEncoder | None = None, log=print) -> list[Prompt]:
     """Read, render (with the prompt `template`, see thinkrl.data.templates)
-    and tokenise every row of `files` (the value of config `key`)."""
+    and tokenise every row of `files` (the value of config `key`). Rows with
+    images (column `media_keys[0]`) need `images`, the model's encoder; the
+    vision tokens count towards max_prompt_length."""
     if template not in TEMPLATES:  # before reading any file
         raise ValueError(f"{key}: unknown prompt template {template!r}; known templates: "
                          f"{', '.join(TEMPLATES)}")
@@ -41,24 +47,34 @@ def load_prompts(files: str | list[str], tokenizer, *, key: str, prompt_key: str
     too_long: list[tuple[int, Path, int]] = []
     for path in resolve_files(files, key=key):
         for index, row in enumerate(read_rows(path, prompt_key=prompt_key,
-                                              reward_fn_key=reward_fn_key,
-                                              media_keys=media_keys)):
+                                              reward_fn_key=reward_fn_key)):
             try:
                 text = render_prompt(template, tokenizer, row[prompt_key], chat_kwargs)
+                pictures = row_images(row, image_key=media_keys[0], video_key=media_keys[1],
+                                      encoder=images, where=f"{path}, row {index}")
+                if pictures is None:
+                    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+                else:
+                    ids = images.prompt_ids(text, pictures.open())
             except ValueError as err:
                 raise ValueError(f"{key}: {path}, row {index}: {err}") from None
-            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
             if len(ids) > max_prompt_length:
                 too_long.append((len(ids), path, index))
                 if filter_overlong:
                     continue
                 if truncation != "error":
+                    if pictures is not None:  # a cut image would not match its pixels
+                        raise ValueError(
+                            f"{key}: {path}, row {index}: the prompt with its image tokens has "
+                            f"{len(ids)} tokens, over data.max_prompt_length={max_prompt_length}, "
+                            "and image prompts cannot be truncated. Raise data.max_prompt_length, "
+                            "lower data.max_pixels, or set data.filter_overlong_prompts=True")
                     ids = _truncate(ids, max_prompt_length, truncation)
             sample = Sample(data_source=row[reward_fn_key],
                             ground_truth=str(row["reward_model"]["ground_truth"]),
                             prompt_text=text, extra_info=dict(row.get("extra_info") or {}),
-                            index=index)
-            prompts.append(Prompt(ids=ids, sample=sample))
+                            index=index, images=pictures.values if pictures else ())
+            prompts.append(Prompt(ids=ids, sample=sample, images=pictures))
     if too_long and not filter_overlong and truncation == "error":
         longest, path, index = max(too_long)
         raise ValueError(
@@ -82,7 +98,25 @@ def collate(prompts: list[Prompt], *, pad_token_id: int) -> PromptBatch:
     for row, p in enumerate(prompts):
         input_ids[row, width - len(p.ids):] = torch.tensor(p.ids, dtype=torch.long)
         mask[row, width - len(p.ids):] = 1
-    return PromptBatch(input_ids=input_ids, attention_mask=mask, samples=[p.sample for p in prompts])
+    return PromptBatch(input_ids=input_ids, attention_mask=mask, samples=[p.sample for p in prompts],
+                       model_inputs=batch_images(prompts))
+
+
+def batch_images(prompts: list[Prompt]) -> ModelInputs | None:
+    """The pixels of the prompts' images, per row; None when no prompt has one."""
+    encoders = [p.images.encoder for p in prompts if p.images is not None]
+    if not encoders:
+        return None
+    pixels, grids = [], []
+    for p in prompts:
+        values, grid = (p.images.pixels() if p.images is not None
+                        else encoders[0].pixels([]))
+        expected = sum(1 for i in p.ids if i == encoders[0].image_token_id)
+        # The token count was decided when the row was read; the pixels must fit it.
+        assert int(grid.prod(-1).sum()) // encoders[0].merge ** 2 == expected, p.sample.index
+        pixels.append(values)
+        grids.append(grid)
+    return ModelInputs(pixels, grids)
 
 
 class PromptLoader:

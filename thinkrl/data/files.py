@@ -94,9 +94,10 @@ def read_rows(path: Path, *, prompt_key: str, reward_fn_key: str,
         for media in media_keys:
             if row.get(media):  # training on the text alone would silently change the task
                 raise ValueError(
-                    f"{path}, row {index}, column {media!r} holds images or videos, but this "
-                    "release trains on text prompts only. Use a text-only data set, or drop "
-                    f"the column if the prompts do not need it.")
+                    f"{path}, row {index}, column {media!r} holds media that this run cannot "
+                    "read: thinkrl trains on text prompts, and on image prompts with a "
+                    "vision-language model (Qwen2.5-VL, Qwen2-VL); videos are not supported. "
+                    "Drop the column if the prompts do not need it.")
     return rows
 
 

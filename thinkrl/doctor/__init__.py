@@ -1,7 +1,7 @@
 """`thinkrl doctor`: every check a run can fail before its first step, as a table.
 
-Families, one module each: config, data, model, versions, environment, disk,
-memory. Each module lists its checks in `CHECKS`; to add a check, write
+Families, one module each: config, data, model, vision, versions, environment,
+disk, memory. Each module lists its checks in `CHECKS`; to add a check, write
 `def check_<name>(ctx: DoctorContext) -> CheckResult | list[CheckResult]` in
 the right module and append it to that list. To add a family, add a module
 with a `CHECKS` list and its name to `FAMILIES`.
@@ -17,7 +17,7 @@ from thinkrl.doctor.core import (Check, CheckResult, DoctorContext, NotChecked, 
 __all__ = ["FAMILIES", "Check", "CheckResult", "DoctorContext", "NotChecked", "all_checks",
            "diagnose", "has_failure", "run_check", "run_checks"]
 
-FAMILIES = ("config", "data", "model", "versions", "environment", "disk", "memory")
+FAMILIES = ("config", "data", "model", "vision", "versions", "environment", "disk", "memory")
 
 
 def all_checks(families: tuple[str, ...] = FAMILIES) -> list[Check]:

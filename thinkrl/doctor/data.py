@@ -61,7 +61,7 @@ def dataset_of(ctx: DoctorContext, key: str) -> DataSet:
         try:
             for path in files:
                 rows += read_rows(path, prompt_key=data.prompt_key, reward_fn_key=data.reward_fn_key,
-                                  media_keys=(data.image_key, data.video_key))
+                                  media_keys=(data.video_key,))  # images: doctor/vision
         except ValueError as err:
             ctx.memo[f"schema-error:{key}"] = err  # data/schema reports it
             raise NotChecked(f"needs valid rows in {key}: see data/schema") from None

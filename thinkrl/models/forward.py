@@ -15,6 +15,8 @@ import torch
 from torch import Tensor
 
 from thinkrl.models.logprobs import entropy_from_logits, logprobs_from_logits
+from thinkrl.models.vision import image_kwargs, to_model_positions
+from thinkrl.records import ModelInputs
 
 
 def last_logits(model: torch.nn.Module, keep: int, **inputs) -> tuple[Tensor, object]:
@@ -37,7 +39,8 @@ def forward_accepts(model_class: type, argument: str) -> bool:
 
 def response_logprobs(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor,
                       position_ids: Tensor, *, response_length: int, temperature: float,
-                      with_entropy: bool = False, entropy_grad: bool = False
+                      with_entropy: bool = False, entropy_grad: bool = False,
+                      model_inputs: ModelInputs | None = None
                       ) -> tuple[Tensor, Tensor | None]:
     """log pi(y_t | y_<t) under softmax(logits / temperature), and optionally the
     entropy of that distribution. Inputs [N, P + R] on the model's device;
@@ -45,10 +48,14 @@ def response_logprobs(model: torch.nn.Module, input_ids: Tensor, attention_mask:
     only with `entropy_grad` (an entropy bonus); as a metric it needs none.
 
     Dividing by the sampling temperature makes these the log-probs of the
-    distribution the responses were actually drawn from (as verl does)."""
+    distribution the responses were actually drawn from (as verl does).
+
+    VL models: `model_inputs` holds the rows' images and `position_ids` are
+    M-RoPE's [N, 3, P + R] (thinkrl.models.vision)."""
     logits, _ = last_logits(model, response_length + 1, input_ids=input_ids,
-                            attention_mask=attention_mask, position_ids=position_ids,
-                            use_cache=False)
+                            attention_mask=attention_mask,
+                            position_ids=to_model_positions(position_ids), use_cache=False,
+                            **image_kwargs(model_inputs, input_ids.device))
     logits = logits[:, :-1, :]  # [N, R, V]
     if temperature != 1.0 and temperature > 0:
         logits = logits / temperature
@@ -65,7 +72,8 @@ def response_logprobs(model: torch.nn.Module, input_ids: Tensor, attention_mask:
 def batched_response_logprobs(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor,
                               position_ids: Tensor, *, response_length: int, temperature: float,
                               micro_batch_size: int, autocast=contextlib.nullcontext,
-                              device: torch.device | None = None) -> Tensor:
+                              device: torch.device | None = None,
+                              model_inputs: ModelInputs | None = None) -> Tensor:
     """`response_logprobs` without gradient, `micro_batch_size` rows at a time.
     CPU tensors in, CPU [N, R] out."""
     device = device or next(model.parameters()).device  # offloaded shards: the compute device
@@ -79,7 +87,8 @@ def batched_response_logprobs(model: torch.nn.Module, input_ids: Tensor, attenti
                 logprobs, _ = response_logprobs(
                     model, input_ids[rows].to(device), attention_mask[rows].to(device),
                     position_ids[rows].to(device), response_length=response_length,
-                    temperature=temperature)
+                    temperature=temperature,
+                    model_inputs=None if model_inputs is None else model_inputs.select(rows))
             chunks.append(logprobs.float().cpu())
     finally:
         model.train(was_training)

@@ -62,9 +62,15 @@ def load_causal_lm(path: str, *, dtype: torch.dtype, device: torch.device,
 
     hf_logging.disable_progress_bar()  # our own progress bar is the one that matters
 
+    from thinkrl.models.vision import is_vision_model, load_vision_model
+
+    if is_vision_model(path):  # Qwen2.5-VL / Qwen2-VL; other VL models are refused
+        load = load_vision_model
+    else:
+        load = AutoModelForCausalLM.from_pretrained
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=dtype, trust_remote_code=trust_remote_code, **(override_config or {}))
+        model = load(path, dtype=dtype, trust_remote_code=trust_remote_code,
+                     **(override_config or {}))
     except (OSError, ValueError) as err:
         raise _explain(path, "model", err) from None
     except Exception as err:  # safetensors' own error types, transformers' size mismatch

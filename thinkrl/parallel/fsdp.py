@@ -30,7 +30,7 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
 
 
 def parallelize(model: nn.Module, *, compute_dtype: torch.dtype, param_offload: bool = False,
-                reshard_after_forward: bool = True) -> nn.Module:
+                reshard_after_forward: bool = True, whole: tuple[nn.Module, ...] = ()) -> nn.Module:
     """Shard `model` in place over the default process group (FSDP2
     `fully_shard`, each decoder layer then the root) and return it.
 
@@ -38,6 +38,10 @@ def parallelize(model: nn.Module, *, compute_dtype: torch.dtype, param_offload: 
       master weights and casts a gathered copy for the forward.
     param_offload: keep the shards (and their gradients and optimizer states)
       in host memory between uses; the optimizer step then runs on the CPU.
+    whole: submodules whose layers are not sharded one by one but with the
+      root, so they are gathered at every forward on every rank: a frozen
+      vision tower that only some ranks' rows call (a layer's own gather
+      would wait for ranks that never reach it).
     """
     from torch.distributed.fsdp import (CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy,
                                         fully_shard)
@@ -48,8 +52,10 @@ def parallelize(model: nn.Module, *, compute_dtype: torch.dtype, param_offload: 
     offload = CPUOffloadPolicy() if param_offload else OffloadPolicy()
     options = dict(mp_policy=mixed, offload_policy=offload,
                    reshard_after_forward=reshard_after_forward)
+    inside_whole = {id(m) for part in whole for m in part.modules()}
     for layer in decoder_layers(model):
-        fully_shard(layer, **options)
+        if id(layer) not in inside_whole:
+            fully_shard(layer, **options)
     fully_shard(model, **options)
     # Each rank's loss is already its exact share of the mini-batch loss (the
     # normalisers span all ranks, thinkrl.workers.mini_batches), so gradients

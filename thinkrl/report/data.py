@@ -140,7 +140,9 @@ def _lenient_generation(record: dict) -> Generation:
         response_length=int(record.get("response_length") or 0),
         finish_reason=str(record.get("finish_reason", "")),
         prompt_index=int(record.get("prompt_index") or 0), row=int(record.get("row") or 0),
-        accuracy=None if accuracy is None else _number(accuracy))
+        accuracy=None if accuracy is None else _number(accuracy),
+        images=tuple(str(i) for i in record.get("images") or () if str(i).startswith(
+            "data:image/")))  # only our own thumbnails go into the page
 
 
 def _number(value: Any) -> float:

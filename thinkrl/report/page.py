@@ -47,6 +47,7 @@ h1 { margin-bottom: .2em; } h2 { margin-top: 1.6em; border-bottom: 1px solid #dd
 table { border-collapse: collapse; } td, th { padding: 2px 10px 2px 0; text-align: left;
        vertical-align: top; } th { font-weight: 600; }
 img { max-width: 100%; } .note { color: #666; } .skipped { color: #a40; }
+img.thumb { max-width: 160px; margin: 0 .4em .4em 0; border: 1px solid #ddd; }
 pre { white-space: pre-wrap; word-break: break-word; background: #f6f6f6; padding: .6em;
       margin: .3em 0; font-size: 13px; }
 details { margin: .8em 0; } summary { cursor: pointer; }
@@ -127,11 +128,20 @@ def _generations(generations: list[SavedGeneration]) -> str:
                 f"{escape(g.finish_reason)} · {escape(g.data_source)} · expected "
                 f"<code>{escape(g.ground_truth)}</code></summary>"
                 f"<details><summary>prompt</summary><pre>{escape(g.prompt)}</pre></details>"
-                f"<pre>{escape(g.response)}</pre></details>")
+                f"{_thumbnails(g.images)}<pre>{escape(g.response)}</pre></details>")
     if len(groups) > GENERATION_STEPS_SHOWN:
         parts.append(f'<p class="note">{len(groups) - GENERATION_STEPS_SHOWN} earlier saved '
                      "steps not shown.</p>")
     return "\n".join(parts)
+
+
+def _thumbnails(images: tuple[str, ...]) -> str:
+    """The prompt's images beside the response (data URIs from the generations file)."""
+    if not images:
+        return ""
+    tags = "".join(f'<img class="thumb" src="{escape(uri)}" alt="prompt image {i + 1}">'
+                   for i, uri in enumerate(images))
+    return f'<div class="thumbs">{tags}</div>'
 
 
 def _show(value) -> str:

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from thinkrl.config.schema import RewardConfig
-from thinkrl.rewards import exact, gsm8k, r1
+from thinkrl.rewards import exact, geo3k, gsm8k, r1
 from thinkrl.rewards import math as math_answer
 
 Scorer = Callable[[str, str, dict | None], "float | dict[str, float]"]
 
-SCORER_NAMES = ("gsm8k", "math", "r1", "exact")
+SCORER_NAMES = ("gsm8k", "math", "r1", "exact", "geo3k")
 
 # data_source -> scorer name. verl's default_compute_score routes the same
 # names to its gsm8k and math scorers (math_dapo, numina_* and aime* to its
@@ -40,6 +40,7 @@ DATA_SOURCES: dict[str, str] = {
     "numina_cn_k12": "math",
     "numina_olympiads": "math",
     "orz/math": "math",
+    "hiyouga/geometry3k": "geo3k",
 }
 # prefix -> scorer name, for families of names (verl: `aime2024`, `aime2025`, ...;
 # `thinkrl prep orz` names eval files `orz/<file stem>`: orz/aime2024,
@@ -82,7 +83,12 @@ def _exact(response: str, ground_truth: str, extra_info: dict | None = None, *,
     return exact.compute_score(response, ground_truth)
 
 
-_BUILTIN = {"gsm8k": _gsm8k, "math": _math, "r1": _r1, "exact": _exact}
+def _geo3k(response: str, ground_truth: str, extra_info: dict | None = None, *,
+           settings: ScorerSettings) -> dict[str, float]:
+    return geo3k.compute_score(response, ground_truth)
+
+
+_BUILTIN = {"gsm8k": _gsm8k, "math": _math, "r1": _r1, "exact": _exact, "geo3k": _geo3k}
 
 
 @functools.lru_cache(maxsize=64)

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from thinkrl.models.forward import forward_accepts, last_logits
+from thinkrl.models.vision import image_kwargs, to_model_positions, with_prompt_positions
 from thinkrl.records import FINISH_LENGTH, FINISH_STOP, PromptBatch, Rollouts
 from thinkrl.rollout.base import SamplingParams
 
@@ -121,12 +122,20 @@ class NativeEngine:
 
         attention_mask = prompt_mask.to(device)
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-        next_position = position_ids[:, -1:] + 1  # [N, 1]
+        model_inputs, images = None, {}
+        if prompts.model_inputs is not None:  # VL: M-RoPE positions [N, 3, P] and pixels
+            model_inputs = with_prompt_positions(
+                self.model, prompt_ids, prompt_mask, prompts.model_inputs.repeat_interleave(g))
+            position_ids = model_inputs.prompt_positions.to(device)
+            images = image_kwargs(model_inputs, device)
+        # The last prompt column holds the largest position (prompts end in text).
+        next_position = position_ids[..., -1:] + 1  # [N, 1] or [N, 3, 1]
         cache = DynamicCache()
         cache_kwargs = {self._cache_arg: cache}  # filled in place by every forward
         logits, _ = last_logits(self.model, 1, input_ids=prompt_ids.to(device),
-                                attention_mask=attention_mask, position_ids=position_ids,
-                                use_cache=True, **cache_kwargs)
+                                attention_mask=attention_mask,
+                                position_ids=to_model_positions(position_ids),
+                                use_cache=True, **cache_kwargs, **images)
 
         tokens, logprobs = [], []
         finished = torch.zeros(n, dtype=torch.bool, device=device)
@@ -142,7 +151,8 @@ class NativeEngine:
                 break
             attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], 1)
             logits = self.model(input_ids=token[:, None], attention_mask=attention_mask,
-                                position_ids=next_position, use_cache=True, **cache_kwargs).logits
+                                position_ids=to_model_positions(next_position), use_cache=True,
+                                **cache_kwargs).logits
             next_position = next_position + 1
 
         response_ids = torch.stack(tokens, dim=1).cpu()  # [N, R]
@@ -156,6 +166,7 @@ class NativeEngine:
             finish_reasons=reasons,
             group_ids=torch.arange(len(prompts)).repeat_interleave(g),
             samples=[s for s in prompts.samples for _ in range(g)],
+            model_inputs=model_inputs,
         )
 
     def _sample(self, logits: Tensor, params: SamplingParams) -> tuple[Tensor, Tensor]:

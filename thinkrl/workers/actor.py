@@ -30,7 +30,7 @@ from thinkrl.config.schema import ActorConfig, OptimConfig
 from thinkrl.models.forward import batched_response_logprobs, response_logprobs
 from thinkrl.parallel.distributed import sum_over_ranks
 from thinkrl.parallel.fsdp import full_tensor, is_sharded, parameter_stats
-from thinkrl.records import TrainBatch
+from thinkrl.records import ModelInputs, TrainBatch
 from thinkrl.rollout.weight_sync import full_state_tensors
 from thinkrl.workers.mini_batches import MiniBatch, plan_mini_batches
 
@@ -91,13 +91,14 @@ class ActorWorker:
         self.model.train()
 
     def compute_log_prob(self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor,
-                         *, response_length: int) -> Tensor:
+                         *, response_length: int, model_inputs: ModelInputs | None = None
+                         ) -> Tensor:
         """Log-probs of the response tokens under the current policy, no grad. [N, R]."""
         return batched_response_logprobs(
             self.model, input_ids, attention_mask, position_ids,
             response_length=response_length, temperature=self.temperature,
             micro_batch_size=self.log_prob_micro_batch_size, autocast=self.autocast,
-            device=self.device)
+            device=self.device, model_inputs=model_inputs)
 
     def weights(self) -> Iterable[tuple[str, Tensor]]:
         """The policy's (name, tensor) pairs for a rollout engine, one at a
@@ -200,7 +201,7 @@ class ActorWorker:
                 self.model, micro.input_ids.to(dev), micro.attention_mask.to(dev),
                 micro.position_ids.to(dev), response_length=micro.response_length,
                 temperature=self.temperature, with_entropy=True,
-                entropy_grad=cfg.entropy_coeff != 0)
+                entropy_grad=cfg.entropy_coeff != 0, model_inputs=micro.model_inputs)
         # Exactly on-policy (one pass, one mini-batch): pi_old is this very
         # forward, so the ratio is 1 and only its gradient matters.
         old = logprob.detach() if micro.old_logprobs is None else micro.old_logprobs.to(dev)

@@ -25,6 +25,7 @@ import torch
 
 from thinkrl.config import Config, DerivedSizes
 from thinkrl.models.loading import check_model_fits, load_causal_lm
+from thinkrl.models.vision import apply_model_settings, unsplit_modules
 from thinkrl.parallel import fsdp
 from thinkrl.parallel.device import autocast, bind_rank_device, compute_dtype, resolve_device
 from thinkrl.parallel.distributed import init_process_group
@@ -94,8 +95,10 @@ class PolicyRank:
         self.autocast = autocast(self.device, dtype)
         model = self._load(gradient_checkpointing=arr.model.enable_gradient_checkpointing)
         check_model_fits(model, spec.tokenizer_size, spec.sizes, model_path=spec.model_path)
+        apply_model_settings(model, arr.model)  # VL: model.freeze_vision_tower
         if sharded:
-            fsdp.parallelize(model, compute_dtype=dtype, param_offload=offload[0])
+            fsdp.parallelize(model, compute_dtype=dtype, param_offload=offload[0],
+                             whole=unsplit_modules(model, arr.model))
         sizes, rollout = spec.sizes, arr.rollout
         self.actor = ActorWorker(
             model, arr.actor, total_steps=spec.total_steps,
@@ -107,7 +110,8 @@ class PolicyRank:
         if spec.with_reference:
             ref_model = self._load(gradient_checkpointing=False)
             if sharded:
-                fsdp.parallelize(ref_model, compute_dtype=dtype, param_offload=offload[1])
+                fsdp.parallelize(ref_model, compute_dtype=dtype, param_offload=offload[1],
+                                 whole=unsplit_modules(ref_model, arr.model))
             self.reference = ReferenceWorker(
                 ref_model, micro_batch_size=sizes.ref_log_prob_micro_batch_size_per_device,
                 temperature=rollout.temperature, autocast=self.autocast, device=self.device)
@@ -174,16 +178,18 @@ class PolicyRank:
     def generate(self, prompts: PromptBatch, params: SamplingParams) -> Rollouts:
         return self.engine.generate(prompts, params)
 
-    def compute_log_prob(self, input_ids, attention_mask, position_ids, *,
+    def compute_log_prob(self, input_ids, attention_mask, position_ids, model_inputs=None, *,
                          response_length: int) -> torch.Tensor:
         return self.actor.compute_log_prob(input_ids, attention_mask, position_ids,
-                                           response_length=response_length)
+                                           response_length=response_length,
+                                           model_inputs=model_inputs)
 
-    def compute_ref_log_prob(self, input_ids, attention_mask, position_ids, *,
-                             response_length: int) -> torch.Tensor:
+    def compute_ref_log_prob(self, input_ids, attention_mask, position_ids, model_inputs=None,
+                             *, response_length: int) -> torch.Tensor:
         assert self.reference is not None, "built without a reference (no KL term)"
         return self.reference.compute_ref_log_prob(input_ids, attention_mask, position_ids,
-                                                    response_length=response_length)
+                                                    response_length=response_length,
+                                                    model_inputs=model_inputs)
 
     def update_on(self, minis: list[MiniBatch]) -> dict[str, float]:
         return self.actor.update_on(minis)

@@ -295,11 +295,15 @@ class _LogProbs:
     def __init__(self, group: RayWorkerGroup, method: str, stage: str) -> None:
         self.group, self.method, self.stage = group, method, stage
 
-    def __call__(self, input_ids, attention_mask, position_ids, *, response_length: int):
-        """[N, P + R] -> [N, R]: equal row counts per rank (see row_shares)."""
+    def __call__(self, input_ids, attention_mask, position_ids, *, response_length: int,
+                 model_inputs=None):
+        """[N, P + R] -> [N, R]: equal row counts per rank (see row_shares);
+        the rows' images (`model_inputs`, VL models) go with them."""
         shares = row_shares(self.group, attention_mask)
-        parts = self.group.call_all(self.stage, self.method,
-                                    _scatter_rows((input_ids, attention_mask, position_ids), shares),
+        rows = _scatter_rows((input_ids, attention_mask, position_ids), shares)
+        if model_inputs is not None:
+            rows = [(*part, model_inputs.select(share)) for part, share in zip(rows, shares)]
+        parts = self.group.call_all(self.stage, self.method, rows,
                                     response_length=response_length)
         return _gather_rows(parts, shares)
 

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from thinkrl.models.forward import batched_response_logprobs
+from thinkrl.records import ModelInputs
 
 
 class ReferenceWorker:
@@ -25,10 +26,11 @@ class ReferenceWorker:
         self.autocast = autocast
 
     def compute_ref_log_prob(self, input_ids: Tensor, attention_mask: Tensor,
-                             position_ids: Tensor, *, response_length: int) -> Tensor:
+                             position_ids: Tensor, *, response_length: int,
+                             model_inputs: ModelInputs | None = None) -> Tensor:
         """log pi_ref of the response tokens. [N, P + R] -> [N, R] on the CPU."""
         return batched_response_logprobs(
             self.model, input_ids, attention_mask, position_ids,
             response_length=response_length, temperature=self.temperature,
             micro_batch_size=self.micro_batch_size, autocast=self.autocast,
-            device=self.device)
+            device=self.device, model_inputs=model_inputs)

@@ -12,6 +12,7 @@ Sources and the data_source each writes (the reward registry maps these):
              orz/aime2024, orz/math500, orz/gpqa_diamond)
     jsonl    --data-source (required)
     builtin  thinkrl/arith
+    geo3k    hiyouga/geometry3k (images in the `images` column)
 
 With `template="chat"` the source's instruction sentence follows each
 question (verl's preprocessing does the same); with `qwen_r1` the template
@@ -23,16 +24,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from thinkrl.data.prep import builtin_arith, competition_math, generic, gsm8k, orz
+from thinkrl.data.prep import builtin_arith, competition_math, generic, geo3k, gsm8k, orz
 from thinkrl.data.prep.examples import Example, to_verl_rows, write_rows
 from thinkrl.data.prep.reading import SPLITS, find_inputs
 from thinkrl.data.templates import TEMPLATES
 from thinkrl.errors import SetupError
 
-SOURCES = ("gsm8k", "math", "orz", "jsonl", "builtin")
-_FILE_READERS = {"gsm8k": gsm8k.read, "math": competition_math.read, "orz": orz.read}
+SOURCES = ("gsm8k", "math", "orz", "jsonl", "builtin", "geo3k")
+_FILE_READERS = {"gsm8k": gsm8k.read, "math": competition_math.read, "orz": orz.read,
+                 "geo3k": geo3k.read}
 _INSTRUCTIONS = {"gsm8k": gsm8k.INSTRUCTION, "math": competition_math.INSTRUCTION,
-                 "orz": orz.INSTRUCTION, "builtin": builtin_arith.INSTRUCTION}
+                 "orz": orz.INSTRUCTION, "builtin": builtin_arith.INSTRUCTION,
+                 "geo3k": geo3k.INSTRUCTION}
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ verl's RL parquet schema (as its examples/data_preprocess scripts write it):
 
     data_source   str                       picks the reward function
     prompt        [{"role": "user", "content": question [+ " " + instruction]}]
+    images        [{"bytes": ...}, ...] (image data sets only; `<image>` marks in the prompt)
     ability       str                       e.g. "math"
     reward_model  {"style": "rule", "ground_truth": str}
     extra_info    {"split": str, "index": int, + the source's own fields}
@@ -29,6 +30,8 @@ class Example:
     ability: str
     original: dict = field(default_factory=dict)
     """The source's own fields (question, full answer, ...) kept in extra_info."""
+    images: tuple[bytes, ...] = ()
+    """Encoded images (PNG, JPEG) the question's `<image>` marks refer to."""
 
 
 def to_verl_row(example: Example, *, split: str, index: int, instruction: str | None) -> dict:
@@ -36,13 +39,16 @@ def to_verl_row(example: Example, *, split: str, index: int, instruction: str | 
     templates that carry their own) follows the question after a space, as in
     verl's preprocessing scripts."""
     content = example.question if instruction is None else f"{example.question} {instruction}"
-    return {
+    row = {
         "data_source": example.data_source,
         "prompt": [{"role": "user", "content": content}],
         "ability": example.ability,
         "reward_model": {"style": "rule", "ground_truth": example.ground_truth},
         "extra_info": {"split": split, "index": index, **example.original},
     }
+    if example.images:  # verl's image column: a list of {"bytes": ...}
+        row["images"] = [{"bytes": image} for image in example.images]
+    return row
 
 
 def to_verl_rows(examples: Sequence[Example], *, split: str, instruction: str | None) -> list[dict]:
