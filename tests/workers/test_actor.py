@@ -39,12 +39,13 @@ def _batch(*, with_old: bool) -> TrainBatch:
 
 
 def _grads_after_update(model, batch, *, micro: int, mode: str,
-                        loss_mode: str = "vanilla") -> tuple[list, dict]:
+                        loss_mode: str = "vanilla", remove_padding: bool = False
+                        ) -> tuple[list, dict]:
     cfg = ActorConfig(loss_agg_mode=mode, use_kl_loss=True, kl_loss_coef=0.1, entropy_coeff=0.01,
                       grad_clip=1e9, policy_loss=PolicyLossConfig(loss_mode=loss_mode))
     actor = ActorWorker(model, cfg, total_steps=1, micro_batch_size=micro,
                         log_prob_micro_batch_size=micro, temperature=0.9,
-                        max_response_length=R, seed=0)
+                        max_response_length=R, seed=0, remove_padding=remove_padding)
     metrics = actor.update_policy(batch, mini_batch_size=N)
     return [p.grad.clone() for p in model.parameters()], metrics
 
@@ -62,6 +63,32 @@ def test_gradient_does_not_depend_on_micro_batch_size(mode):
         for key in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm",
                     "actor/pg_clipfrac"):
             assert metrics[key] == pytest.approx(reference_metrics[key], rel=1e-4, abs=1e-7), key
+
+
+def _grouped(batch: TrainBatch) -> TrainBatch:
+    """The batch with rows 0-2 sharing row 0's prompt and rows 3-5 row 3's (G = 3)."""
+    ids, mask = batch.input_ids.clone(), batch.attention_mask.clone()
+    for row in (1, 2, 4, 5):
+        src = 0 if row < 3 else 3
+        ids[row, :P], mask[row, :P] = ids[src, :P], mask[src, :P]
+    position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+    return TrainBatch(ids, mask, position_ids, batch.response_mask, batch.advantages,
+                      batch.old_logprobs, batch.ref_logprobs)
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
+def test_shared_prompt_pass_gives_the_padded_gradient_at_any_micro_batch_size(mode):
+    # model.use_remove_padding: each prompt computed once, trailing pad columns cut.
+    # Micro-batches of 1 and 4 cut groups apart (and 4 leaves one of 2).
+    base, batch = _model(), _grouped(_batch(with_old=True))
+    padded_grads, padded_metrics = _grads_after_update(copy.deepcopy(base), batch, micro=N, mode=mode)
+    for micro in (N, 4, 1):
+        grads, metrics = _grads_after_update(copy.deepcopy(base), batch, micro=micro, mode=mode,
+                                             remove_padding=True)
+        for g, ref in zip(grads, padded_grads):
+            torch.testing.assert_close(g, ref, rtol=1e-4, atol=1e-6)
+        for key in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm"):
+            assert metrics[key] == pytest.approx(padded_metrics[key], rel=1e-4, abs=1e-7), key
 
 
 # clip_cov and kl_cov pick tokens by covariance statistics of the micro-batch they are

@@ -43,7 +43,6 @@ def inactive_settings(cfg: Config) -> list[str]:
             note(tuple(f"{_ARR}.{role}.fsdp_config.{k}" for role in ("actor", "ref")
                        for k in ("param_offload", "optimizer_offload", "offload_policy")),
                  "the model is in host memory already (trainer.device=cpu)")
-    note((f"{_ARR}.model.use_remove_padding",), "thinkrl handles padding in its own log-prob code")
     note((f"{_ARR}.actor.use_torch_compile", f"{_ARR}.ref.use_torch_compile"), "thinkrl does not use torch.compile")
     note(("data.image_key", "data.video_key"), "prompts are text-only; image and video columns are not read")
     note(("data.dataloader_num_workers", "data.filter_overlong_prompts_workers", "data.use_shm"),

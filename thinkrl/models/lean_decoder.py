@@ -159,21 +159,14 @@ def decoder_logits(spec: LeanSpec, input_ids: Tensor, position_ids: Tensor, attn
     the rotary angles."""
     model = spec.model.model
     h = model.embed_tokens(input_ids)  # [N, S, E]
-    n, s, _ = h.shape
+    s = h.shape[1]
     if rope is None:
         cos, sin = rotary_tables(spec, position_ids, h.dtype)
     else:  # the same values, looked up: [N, S, 1, D]
         cos, sin = rope[0][0, position_ids], rope[1][0, position_ids]
-    q_size, kv_size = spec.heads * spec.head_dim, spec.kv_heads * spec.head_dim
     for index, layer in enumerate(model.layers):
-        attn = layer.self_attn
         fused = weights[index] if weights is not None else fused_weights_of(layer)
-        x = _rms_norm(h, layer.input_layernorm, spec.eps)
-        qkv = F.linear(x, fused.qkv, fused.qkv_bias)  # [N, S, (H + 2K) D]
-        q, k, v = qkv.split((q_size, kv_size, kv_size), dim=-1)
-        q = _rotate(q.view(n, s, spec.heads, spec.head_dim), cos, sin).transpose(1, 2)
-        k = _rotate(k.view(n, s, spec.kv_heads, spec.head_dim), cos, sin).transpose(1, 2)
-        v = v.view(n, s, spec.kv_heads, spec.head_dim).transpose(1, 2)  # [N, K, S, D]
+        q, k, v = project_qkv(spec, layer, fused, h, cos, sin)
         if cache is not None:
             k, v = cache.write(index, k, v)
         if s == 1 and attn_mask is not None:
@@ -182,12 +175,39 @@ def decoder_logits(spec: LeanSpec, input_ids: Tensor, position_ids: Tensor, attn
             out = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None,
                 enable_gqa=spec.kv_heads != spec.heads)  # [N, H, S, D]
-        out = out.transpose(1, 2).reshape(n, s, q_size)
-        h = h + F.linear(out, attn.o_proj.weight, attn.o_proj.bias)
-        x = _rms_norm(h, layer.post_attention_layernorm, spec.eps)
-        gate, up = F.linear(x, fused.gate_up).chunk(2, -1)
-        h = h + F.linear(F.silu(gate) * up, layer.mlp.down_proj.weight)
-    h = _rms_norm(h[:, -keep:], model.norm, spec.eps)
+        h = finish_layer(layer, fused, h, out, spec.eps)
+    return final_logits(spec, h[:, -keep:])
+
+
+def project_qkv(spec: LeanSpec, layer: torch.nn.Module, fused: FusedWeights, h: Tensor,
+                cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """A layer's rotated queries [N, H, S, D], keys and values [N, K, S, D] of h [N, S, E]."""
+    n, s, _ = h.shape
+    q_size, kv_size = spec.heads * spec.head_dim, spec.kv_heads * spec.head_dim
+    x = _rms_norm(h, layer.input_layernorm, spec.eps)
+    qkv = F.linear(x, fused.qkv, fused.qkv_bias)  # [N, S, (H + 2K) D]
+    q, k, v = qkv.split((q_size, kv_size, kv_size), dim=-1)
+    q = _rotate(q.view(n, s, spec.heads, spec.head_dim), cos, sin).transpose(1, 2)
+    k = _rotate(k.view(n, s, spec.kv_heads, spec.head_dim), cos, sin).transpose(1, 2)
+    v = v.view(n, s, spec.kv_heads, spec.head_dim).transpose(1, 2)
+    return q, k, v
+
+
+def finish_layer(layer: torch.nn.Module, fused: FusedWeights, h: Tensor, attended: Tensor,
+                 eps: float) -> Tensor:
+    """The rest of a layer after attention: output projection and residual,
+    then the SiLU-gated MLP and residual. attended [N, H, S, D] -> h [N, S, E]."""
+    n, heads, s, d = attended.shape
+    out = attended.transpose(1, 2).reshape(n, s, heads * d)
+    h = h + F.linear(out, layer.self_attn.o_proj.weight, layer.self_attn.o_proj.bias)
+    x = _rms_norm(h, layer.post_attention_layernorm, eps)
+    gate, up = F.linear(x, fused.gate_up).chunk(2, -1)
+    return h + F.linear(F.silu(gate) * up, layer.mlp.down_proj.weight)
+
+
+def final_logits(spec: LeanSpec, h: Tensor) -> Tensor:
+    """Final norm and output head: h [N, S, E] -> logits [N, S, V]."""
+    h = _rms_norm(h, spec.model.model.norm, spec.eps)
     return F.linear(h, spec.model.lm_head.weight, spec.model.lm_head.bias)
 
 

@@ -57,8 +57,9 @@ class ActorWorker:
                  micro_batch_size: int, log_prob_micro_batch_size: int, temperature: float,
                  max_response_length: int, seed: int,
                  autocast: Callable[[], ContextManager] = contextlib.nullcontext,
-                 device: torch.device | None = None) -> None:
+                 device: torch.device | None = None, remove_padding: bool = False) -> None:
         self.model, self.cfg = model, cfg
+        self.remove_padding = remove_padding  # model.use_remove_padding: the shared-prompt pass
         self.micro_batch_size = micro_batch_size
         self.log_prob_micro_batch_size = log_prob_micro_batch_size
         self.temperature = temperature
@@ -85,7 +86,7 @@ class ActorWorker:
             self.model, input_ids, attention_mask, position_ids,
             response_length=response_length, temperature=self.temperature,
             micro_batch_size=self.log_prob_micro_batch_size, autocast=self.autocast,
-            device=self.device)
+            device=self.device, remove_padding=self.remove_padding)
 
     def weights(self) -> Iterable[tuple[str, Tensor]]:
         """The policy's (name, tensor) pairs for the rollout engine: the live
@@ -190,7 +191,7 @@ class ActorWorker:
                 self.model, micro.input_ids.to(dev), micro.attention_mask.to(dev),
                 micro.position_ids.to(dev), response_length=micro.response_length,
                 temperature=self.temperature, with_entropy=True,
-                entropy_grad=cfg.entropy_coeff != 0)
+                entropy_grad=cfg.entropy_coeff != 0, remove_padding=self.remove_padding)
         # Exactly on-policy (one pass, one mini-batch): pi_old is this very
         # forward, so the ratio is 1 and only its gradient matters.
         old = logprob.detach() if micro.old_logprobs is None else micro.old_logprobs.to(dev)

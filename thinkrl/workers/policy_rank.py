@@ -98,7 +98,8 @@ class PolicyRank:
             micro_batch_size=sizes.micro_batch_size_per_device,
             log_prob_micro_batch_size=sizes.log_prob_micro_batch_size_per_device,
             temperature=rollout.temperature, max_response_length=sizes.response_length,
-            seed=cfg.trainer.seed, autocast=self.autocast, device=self.device)
+            seed=cfg.trainer.seed, autocast=self.autocast, device=self.device,
+            remove_padding=arr.model.use_remove_padding)
         self.reference = None
         if spec.with_reference:
             ref_model = self._load(gradient_checkpointing=False)
@@ -106,7 +107,8 @@ class PolicyRank:
                 fsdp.parallelize(ref_model, compute_dtype=dtype, param_offload=offload[1])
             self.reference = ReferenceWorker(
                 ref_model, micro_batch_size=sizes.ref_log_prob_micro_batch_size_per_device,
-                temperature=rollout.temperature, autocast=self.autocast, device=self.device)
+                temperature=rollout.temperature, autocast=self.autocast, device=self.device,
+                remove_padding=arr.model.use_remove_padding)
         self.engine = NativeEngine(
             model, eos_token_ids=list(spec.eos_token_ids), pad_token_id=spec.pad_token_id,
             seed=spec.sampling_seed, autocast=self.autocast,
