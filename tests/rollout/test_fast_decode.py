@@ -66,7 +66,7 @@ def test_sample_rows_draws_like_multinomial_over_all_rows():
 
 def test_static_cache_writes_repeats_and_drops_rows():
     cache = StaticKVCache(layers=1, rows=2, kv_heads=1, capacity=4, head_dim=1,
-                          dtype=torch.float32, device=torch.device("cpu"))
+                          device=torch.device("cpu"))
     k = torch.tensor([[1.0, 2.0], [3.0, 4.0]]).view(2, 1, 2, 1)  # [N=2, K=1, S=2, D=1]
     keys, values = cache.write(0, k, -k)
     assert keys.flatten().tolist() == [1, 2, 3, 4] and cache.length == 0

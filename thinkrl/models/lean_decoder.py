@@ -122,12 +122,23 @@ class FusedWeights:
     qkv: Tensor  # [(H + 2K) D, E]
     qkv_bias: Tensor | None
     gate_up: Tensor  # [2 I, E]
+    o: Tensor  # [E, H D]
+    o_bias: Tensor | None
+    down: Tensor  # [E, I]
 
 
-def fused_weights(spec: LeanSpec) -> list[FusedWeights]:
+def fused_weights(spec: LeanSpec, dtype: torch.dtype | None = None) -> list[FusedWeights]:
     """Every layer's fused weights, built once: for a loop of forwards over
-    unchanging weights (decoding). They are copies: rebuild after an update."""
-    return [fused_weights_of(layer) for layer in spec.model.model.layers]
+    unchanging weights (decoding). They are copies: rebuild after an update.
+    `dtype` casts them once (under autocast, instead of once per product)."""
+    out = []
+    for layer in spec.model.model.layers:
+        fused = fused_weights_of(layer)
+        if dtype is not None:
+            fused = FusedWeights(*(None if w is None else w.to(dtype) for w in (
+                fused.qkv, fused.qkv_bias, fused.gate_up, fused.o, fused.o_bias, fused.down)))
+        out.append(fused)
+    return out
 
 
 def _attend_one(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
@@ -199,10 +210,10 @@ def finish_layer(layer: torch.nn.Module, fused: FusedWeights, h: Tensor, attende
     then the SiLU-gated MLP and residual. attended [N, H, S, D] -> h [N, S, E]."""
     n, heads, s, d = attended.shape
     out = attended.transpose(1, 2).reshape(n, s, heads * d)
-    h = h + F.linear(out, layer.self_attn.o_proj.weight, layer.self_attn.o_proj.bias)
+    h = h + F.linear(out, fused.o, fused.o_bias)
     x = _rms_norm(h, layer.post_attention_layernorm, eps)
     gate, up = F.linear(x, fused.gate_up).chunk(2, -1)
-    return h + F.linear(F.silu(gate) * up, layer.mlp.down_proj.weight)
+    return h + F.linear(F.silu(gate) * up, fused.down)
 
 
 def final_logits(spec: LeanSpec, h: Tensor) -> Tensor:
@@ -217,4 +228,5 @@ def fused_weights_of(layer: torch.nn.Module) -> FusedWeights:
     bias = (None if attn.q_proj.bias is None
             else torch.cat((attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias)))
     return FusedWeights(qkv=torch.cat((attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight)),
-                        qkv_bias=bias, gate_up=torch.cat((mlp.gate_proj.weight, mlp.up_proj.weight)))
+                        qkv_bias=bias, gate_up=torch.cat((mlp.gate_proj.weight, mlp.up_proj.weight)),
+                        o=attn.o_proj.weight, o_bias=attn.o_proj.bias, down=mlp.down_proj.weight)

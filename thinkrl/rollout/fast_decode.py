@@ -46,8 +46,10 @@ def decode(spec: LeanSpec, prompt_ids: Tensor, prompt_mask: Tensor, *, samples: 
     layers = len(spec.model.model.layers)
     dtype = spec.model.model.embed_tokens.weight.dtype
     cache = StaticKVCache(layers=layers, rows=b, kv_heads=spec.kv_heads, capacity=p + max_tokens,
-                          head_dim=spec.head_dim, dtype=dtype, device=device)
-    weights = fused_weights(spec)  # the weights do not change while decoding
+                          head_dim=spec.head_dim, device=device)
+    # The weights do not change while decoding: fuse (and, under autocast, cast) them once.
+    cast = torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else None
+    weights = fused_weights(spec, cast)
     all_positions = torch.arange(p + max_tokens, device=device)[None]
     rope = rotary_tables(spec, all_positions, dtype)  # positions never exceed P + R
     position_ids = (prompt_mask.cumsum(-1) - 1).clamp(min=0)

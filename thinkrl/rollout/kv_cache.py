@@ -21,21 +21,26 @@ from torch import Tensor
 
 class StaticKVCache:
     def __init__(self, *, layers: int, rows: int, kv_heads: int, capacity: int, head_dim: int,
-                 dtype: torch.dtype, device: torch.device) -> None:
-        shape = (layers, rows, kv_heads, capacity, head_dim)
-        self.keys = torch.empty(shape, dtype=dtype, device=device)
-        self.values = torch.empty(shape, dtype=dtype, device=device)
+                 device: torch.device) -> None:
+        self._shape = (layers, rows, kv_heads, capacity, head_dim)
+        self._device = device
+        # Allocated at the first write, in the dtype the keys come in (the
+        # autocast dtype under mixed precision, not the weights' float32).
+        self.keys = self.values = None
         self.length = 0  # positions filled in every row
         self._pending = 0  # tokens written by the current forward, committed by `advance`
 
     @property
     def capacity(self) -> int:
-        return self.keys.shape[3]
+        return self._shape[3]
 
     def write(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store layer `layer`'s new keys/values [N, K, S, D] after the filled
         part; return that layer's keys/values so far [N, K, length + S, D]."""
         end = self.length + k.shape[2]
+        if self.keys is None:
+            self.keys = torch.empty(self._shape, dtype=k.dtype, device=self._device)
+            self.values = torch.empty(self._shape, dtype=v.dtype, device=self._device)
         if end > self.capacity:
             raise AssertionError(f"KV cache overflow: {end} > capacity {self.capacity}")
         self.keys[layer, :, :, self.length:end] = k
