@@ -55,30 +55,35 @@ def shared_prompt_logits(spec: LeanSpec, input_ids: Tensor, attention_mask: Tens
                          position_ids: Tensor, *, response_length: int) -> Tensor:
     """The logits that predict each response token, [N, R, V]: those of
     positions P - 1 .. P + R - 2 of [N, P + R] rows, the prompt computed once
-    per distinct prompt."""
+    per distinct prompt. The last response token is not run at all: it
+    predicts nothing here and no earlier position attends to it."""
     r = response_length
     p = input_ids.shape[1] - r
+    m = r - 1  # response tokens that feed a prediction
     first, inverse = distinct_prompts(input_ids[:, :p], attention_mask[:, :p])
     prompt_mask = attention_mask[first, :p]  # [U, P]
     model = spec.model.model
     h_p = model.embed_tokens(input_ids[first, :p])  # [U, P, E]
-    h_r = model.embed_tokens(input_ids[:, p:])  # [N, R, E]
+    h_r = model.embed_tokens(input_ids[:, p:p + m])  # [N, R - 1, E]
     rope_p = rotary_tables(spec, position_ids[first, :p], h_p.dtype)
-    rope_r = rotary_tables(spec, position_ids[:, p:], h_r.dtype)
+    rope_r = rotary_tables(spec, position_ids[:, p:p + m], h_r.dtype)
     prompt_attn = padding_attention_mask(prompt_mask, p)  # [U, 1, P, P]
-    response_attn = response_mask_for_shared(attention_mask[:, :p], attention_mask[:, p:])
+    response_attn = response_mask_for_shared(attention_mask[:, :p], attention_mask[:, p:p + m])
     gqa = spec.kv_heads != spec.heads
     for layer in model.layers:
         fused = fused_weights_of(layer)
         q_p, k_p, v_p = project_qkv(spec, layer, fused, h_p, *rope_p)
-        q_r, k_r, v_r = project_qkv(spec, layer, fused, h_r, *rope_r)
-        # Each response's keys: its prompt's (one copy per row, gradients summed back), then its own.
-        k = torch.cat((k_p[inverse], k_r), dim=2)  # [N, K, P + R, D]
-        v = torch.cat((v_p[inverse], v_r), dim=2)
         out_p = F.scaled_dot_product_attention(q_p, k_p, v_p, attn_mask=prompt_attn, enable_gqa=gqa)
-        out_r = F.scaled_dot_product_attention(q_r, k, v, attn_mask=response_attn, enable_gqa=gqa)
+        if m > 0:
+            q_r, k_r, v_r = project_qkv(spec, layer, fused, h_r, *rope_r)
+            # Each response's keys: its prompt's (one copy per row, gradients summed back),
+            # then its own.
+            k = torch.cat((k_p[inverse], k_r), dim=2)  # [N, K, P + R - 1, D]
+            v = torch.cat((v_p[inverse], v_r), dim=2)
+            out_r = F.scaled_dot_product_attention(q_r, k, v, attn_mask=response_attn,
+                                                   enable_gqa=gqa)
+            h_r = finish_layer(layer, fused, h_r, out_r, spec.eps)
         h_p = finish_layer(layer, fused, h_p, out_p, spec.eps)
-        h_r = finish_layer(layer, fused, h_r, out_r, spec.eps)
     # Response token 0 is predicted at the prompt's last position, token t at response column t-1.
-    h = torch.cat((h_p[inverse, -1:], h_r[:, :r - 1]), dim=1)  # [N, R, E]
+    h = torch.cat((h_p[inverse, -1:], h_r), dim=1)  # [N, R, E]
     return final_logits(spec, h)
