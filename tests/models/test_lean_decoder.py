@@ -63,3 +63,19 @@ def test_unsupported_configs_get_no_spec():
     cfg = Qwen2Config(vocab_size=40, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
                       num_attention_heads=4, num_key_value_heads=2, hidden_act="gelu")
     assert lean_spec(Qwen2ForCausalLM(cfg)) is None
+
+
+def test_a_wrapped_projection_gets_no_spec():
+    # An adapter around a projection (LoRA-style) computes more than its .weight.
+    class Adapted(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner, self.weight, self.bias = inner, inner.weight, inner.bias
+
+        def forward(self, x):
+            return self.inner(x) * 2
+
+    model = _qwen2()
+    assert lean_spec(model) is not None
+    model.model.layers[1].self_attn.v_proj = Adapted(model.model.layers[1].self_attn.v_proj)
+    assert lean_spec(model) is None

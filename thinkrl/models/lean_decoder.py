@@ -69,10 +69,23 @@ def lean_spec(model: torch.nn.Module) -> LeanSpec | None:
         return None
     if getattr(cfg, "mlp_bias", False) or getattr(cfg, "pretraining_tp", 1) != 1:
         return None
+    if not all(_plain_layer(layer) for layer in inner.layers):
+        return None
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     return LeanSpec(model=model, heads=cfg.num_attention_heads,
                     kv_heads=cfg.num_key_value_heads, head_dim=head_dim,
                     eps=cfg.rms_norm_eps, rope_theta=float(theta))
+
+
+def _plain_layer(layer: torch.nn.Module) -> bool:
+    """Whether every projection is a plain nn.Linear: adapters (LoRA) or
+    quantized modules compute something else from their weights."""
+    attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
+    names = (("q_proj", "k_proj", "v_proj", "o_proj"), ("gate_proj", "up_proj", "down_proj"))
+    if attn is None or mlp is None:
+        return False
+    return all(type(getattr(module, name, None)) is torch.nn.Linear
+               for module, group in zip((attn, mlp), names) for name in group)
 
 
 def rotary_tables(spec: LeanSpec, position_ids: Tensor, dtype: torch.dtype
