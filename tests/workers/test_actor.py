@@ -39,10 +39,12 @@ def _batch(*, with_old: bool) -> TrainBatch:
 
 
 def _grads_after_update(model, batch, *, micro: int, mode: str,
-                        loss_mode: str = "vanilla", remove_padding: bool = False
-                        ) -> tuple[list, dict]:
+                        loss_mode: str = "vanilla", remove_padding: bool = False,
+                        max_tokens: int | None = None) -> tuple[list, dict]:
     cfg = ActorConfig(loss_agg_mode=mode, use_kl_loss=True, kl_loss_coef=0.1, entropy_coeff=0.01,
-                      grad_clip=1e9, policy_loss=PolicyLossConfig(loss_mode=loss_mode))
+                      grad_clip=1e9, policy_loss=PolicyLossConfig(loss_mode=loss_mode),
+                      use_dynamic_bsz=max_tokens is not None,
+                      ppo_max_token_len_per_gpu=max_tokens or 16384)
     actor = ActorWorker(model, cfg, total_steps=1, micro_batch_size=micro,
                         log_prob_micro_batch_size=micro, temperature=0.9,
                         max_response_length=R, seed=0, remove_padding=remove_padding)
@@ -89,6 +91,20 @@ def test_shared_prompt_pass_gives_the_padded_gradient_at_any_micro_batch_size(mo
             torch.testing.assert_close(g, ref, rtol=1e-4, atol=1e-6)
         for key in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm"):
             assert metrics[key] == pytest.approx(padded_metrics[key], rel=1e-4, abs=1e-7), key
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-sum-norm"])
+def test_token_budget_micro_batches_give_the_same_gradient(mode):
+    # use_dynamic_bsz: rows hold 3+7, 5+3, 5+5, 5+1, 5+6, 5+2 = 10, 8, 10, 6, 11, 7 tokens;
+    # a budget of 16 cuts [0], [1], [2, 3], [4], [5]; with the shared-prompt pass too.
+    base, batch = _model(), _batch(with_old=True)
+    want, want_metrics = _grads_after_update(copy.deepcopy(base), batch, micro=N, mode=mode)
+    for remove_padding in (False, True):
+        grads, metrics = _grads_after_update(copy.deepcopy(base), batch, micro=N, mode=mode,
+                                             max_tokens=16, remove_padding=remove_padding)
+        for g, ref in zip(grads, want):
+            torch.testing.assert_close(g, ref, rtol=1e-4, atol=1e-6)
+        assert metrics["actor/pg_loss"] == pytest.approx(want_metrics["actor/pg_loss"], rel=1e-4)
 
 
 # clip_cov and kl_cov pick tokens by covariance statistics of the micro-batch they are

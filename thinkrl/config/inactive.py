@@ -50,8 +50,12 @@ def inactive_settings(cfg: Config) -> list[str]:
     note((f"{_ARR}.model.use_liger", f"{_ARR}.model.use_fused_kernels", f"{_ARR}.model.enable_activation_offload",
           f"{_ARR}.model.use_shm", "reward_model.launch_reward_fn_async", "data.return_raw_input_ids"),
          "a verl-specific option that thinkrl does not implement")
-    note((f"{_ARR}.actor.ppo_max_token_len_per_gpu", f"{rollout}.log_prob_max_token_len_per_gpu",
-          f"{_ARR}.ref.log_prob_max_token_len_per_gpu"), "it is used only with dynamic batch sizes")
+    arr = cfg.actor_rollout_ref
+    note(tuple(key for key, used in (
+        (f"{_ARR}.actor.ppo_max_token_len_per_gpu", arr.actor.use_dynamic_bsz),
+        (f"{rollout}.log_prob_max_token_len_per_gpu", arr.rollout.log_prob_use_dynamic_bsz),
+        (f"{_ARR}.ref.log_prob_max_token_len_per_gpu", arr.ref.log_prob_use_dynamic_bsz)) if not used),
+         "it is used only with dynamic batch sizes (its use_dynamic_bsz switch is off)")
     note(("trainer.critic_warmup", "algorithm.lam"), "GRPO has no critic and scores whole responses")
     if cfg.algorithm.adv_estimator != "reinforce_plus_plus":
         note(("algorithm.gamma",), "only reinforce_plus_plus discounts rewards (no critic here)")

@@ -123,7 +123,9 @@ class ActorConfig:
     ppo_micro_batch_size_per_gpu: int | None = None
     """RESPONSES per device per forward/backward (gradient accumulation unit)."""
     use_dynamic_bsz: bool = False
-    """Pack micro-batches by token count instead of response count (not implemented)."""
+    """Cut micro-batches by token count instead of response count: consecutive
+    responses while their prompt + response tokens fit ``ppo_max_token_len_per_gpu``
+    (a longer one goes alone). The gradient does not depend on the cut."""
     ppo_max_token_len_per_gpu: int = 16384
     """Token budget per device per micro-batch when ``use_dynamic_bsz`` is set."""
     grad_clip: float = 1.0
@@ -174,7 +176,7 @@ class RefConfig:
     log_prob_micro_batch_size_per_gpu: int | None = None
     """Responses per device per forward; None uses the actor's micro-batch size."""
     log_prob_use_dynamic_bsz: bool = False
-    """Pack by token count (not implemented)."""
+    """Cut reference forwards by token count (``log_prob_max_token_len_per_gpu``)."""
     log_prob_max_token_len_per_gpu: int = 16384
     """Token budget per device when ``log_prob_use_dynamic_bsz`` is set."""
     use_torch_compile: bool = True
@@ -246,7 +248,7 @@ class RolloutConfig:
     log_prob_micro_batch_size_per_gpu: int | None = None
     """Responses per device per old-log-prob forward; None uses the actor's micro-batch size."""
     log_prob_use_dynamic_bsz: bool = False
-    """Pack by token count (not implemented)."""
+    """Cut old-log-prob forwards by token count (``log_prob_max_token_len_per_gpu``)."""
     log_prob_max_token_len_per_gpu: int = 16384
     """Token budget per device when ``log_prob_use_dynamic_bsz`` is set."""
     enable_chunked_prefill: bool = True

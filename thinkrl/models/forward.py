@@ -121,16 +121,20 @@ def batched_response_logprobs(model: torch.nn.Module, input_ids: Tensor, attenti
                               position_ids: Tensor, *, response_length: int, temperature: float,
                               micro_batch_size: int, autocast=contextlib.nullcontext,
                               device: torch.device | None = None,
-                              remove_padding: bool = False) -> Tensor:
-    """`response_logprobs` without gradient, `micro_batch_size` rows at a time.
-    CPU tensors in, CPU [N, R] out."""
+                              remove_padding: bool = False,
+                              max_tokens: int | None = None) -> Tensor:
+    """`response_logprobs` without gradient, `micro_batch_size` rows at a time
+    (or, with `max_tokens`, as many rows as fit that many tokens:
+    `micro_batch_rows`). CPU tensors in, CPU [N, R] out."""
+    from thinkrl.workers.mini_batches import micro_batch_rows
+
     device = device or next(model.parameters()).device  # offloaded shards: the compute device
     was_training = model.training
     model.eval()
     chunks = []
     try:
-        for start in range(0, input_ids.shape[0], micro_batch_size):
-            rows = slice(start, start + micro_batch_size)
+        for rows in micro_batch_rows(attention_mask.sum(-1), micro_batch_size=micro_batch_size,
+                                     max_tokens=max_tokens):
             with autocast():
                 logprobs, _ = response_logprobs(
                     model, input_ids[rows].to(device), attention_mask[rows].to(device),

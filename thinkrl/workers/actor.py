@@ -31,7 +31,7 @@ from thinkrl.models.forward import batched_response_logprobs, response_logprobs
 from thinkrl.parallel.distributed import sum_over_ranks
 from thinkrl.parallel.fsdp import full_tensor, is_sharded, parameter_stats
 from thinkrl.records import TrainBatch
-from thinkrl.workers.mini_batches import MiniBatch, plan_mini_batches
+from thinkrl.workers.mini_batches import MiniBatch, micro_batch_rows, plan_mini_batches
 
 
 def make_lr_schedule(optimizer: torch.optim.Optimizer, cfg: OptimConfig, *, total_steps: int):
@@ -57,9 +57,13 @@ class ActorWorker:
                  micro_batch_size: int, log_prob_micro_batch_size: int, temperature: float,
                  max_response_length: int, seed: int,
                  autocast: Callable[[], ContextManager] = contextlib.nullcontext,
-                 device: torch.device | None = None, remove_padding: bool = False) -> None:
+                 device: torch.device | None = None, remove_padding: bool = False,
+                 log_prob_max_tokens: int | None = None) -> None:
         self.model, self.cfg = model, cfg
         self.remove_padding = remove_padding  # model.use_remove_padding: the shared-prompt pass
+        # Token budgets per forward (verl's dynamic batch sizes); None: fixed row counts.
+        self.log_prob_max_tokens = log_prob_max_tokens
+        self.max_tokens = cfg.ppo_max_token_len_per_gpu if cfg.use_dynamic_bsz else None
         self.micro_batch_size = micro_batch_size
         self.log_prob_micro_batch_size = log_prob_micro_batch_size
         self.temperature = temperature
@@ -86,7 +90,8 @@ class ActorWorker:
             self.model, input_ids, attention_mask, position_ids,
             response_length=response_length, temperature=self.temperature,
             micro_batch_size=self.log_prob_micro_batch_size, autocast=self.autocast,
-            device=self.device, remove_padding=self.remove_padding)
+            device=self.device, remove_padding=self.remove_padding,
+            max_tokens=self.log_prob_max_tokens)
 
     def weights(self) -> Iterable[tuple[str, Tensor]]:
         """The policy's (name, tensor) pairs for the rollout engine: the live
@@ -164,8 +169,10 @@ class ActorWorker:
     def _train_mini_batch(self, mini: TrainBatch, scale: LossScale) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)
         metrics: dict[str, float] = {}
-        for start in range(0, len(mini), self.micro_batch_size):
-            micro = mini.select(slice(start, start + self.micro_batch_size))
+        for rows in micro_batch_rows(mini.attention_mask.sum(-1),
+                                     micro_batch_size=self.micro_batch_size,
+                                     max_tokens=self.max_tokens):
+            micro = mini.select(rows)
             loss, micro_metrics = self._micro_batch_loss(micro, scale)
             loss.backward()
             for key, value in micro_metrics.items():  # shares of the mini-batch: sum them

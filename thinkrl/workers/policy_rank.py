@@ -99,7 +99,9 @@ class PolicyRank:
             log_prob_micro_batch_size=sizes.log_prob_micro_batch_size_per_device,
             temperature=rollout.temperature, max_response_length=sizes.response_length,
             seed=cfg.trainer.seed, autocast=self.autocast, device=self.device,
-            remove_padding=arr.model.use_remove_padding)
+            remove_padding=arr.model.use_remove_padding,
+            log_prob_max_tokens=(rollout.log_prob_max_token_len_per_gpu
+                                 if rollout.log_prob_use_dynamic_bsz else None))
         self.reference = None
         if spec.with_reference:
             ref_model = self._load(gradient_checkpointing=False)
@@ -108,7 +110,9 @@ class PolicyRank:
             self.reference = ReferenceWorker(
                 ref_model, micro_batch_size=sizes.ref_log_prob_micro_batch_size_per_device,
                 temperature=rollout.temperature, autocast=self.autocast, device=self.device,
-                remove_padding=arr.model.use_remove_padding)
+                remove_padding=arr.model.use_remove_padding,
+                max_tokens=(arr.ref.log_prob_max_token_len_per_gpu
+                            if arr.ref.log_prob_use_dynamic_bsz else None))
         self.engine = NativeEngine(
             model, eos_token_ids=list(spec.eos_token_ids), pad_token_id=spec.pad_token_id,
             seed=spec.sampling_seed, autocast=self.autocast,
