@@ -3,7 +3,8 @@
 Workload (the same on any model, so it can be run beside other frameworks):
 8 prompts x 8 samples from the built-in arithmetic set, exactly 64 response
 tokens each (`rollout.ignore_eos=True`), KL loss to a frozen reference on,
-one optimizer step per training step (`ppo_mini_batch_size=8`). The tiny
+one optimizer step per training step (`ppo_mini_batch_size=8`), the
+shared-prompt forward on (`model.use_remove_padding=True`). The tiny
 recipe supplies everything else; verl-style overrides go on top (e.g.
 data.train_files=... to time your own prompts), and the report prints the
 workload as run: the data, the sizes, the measured mean response length:
@@ -47,6 +48,8 @@ WORKLOAD = [
     f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS}",
     # The whole batch in one forward/backward; lower it if a big model runs out of memory.
     f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={PROMPTS * SAMPLES}",
+    # The shared-prompt pass (same math up to float32 rounding; verl's runs set it too).
+    "actor_rollout_ref.model.use_remove_padding=True",
     "trainer.val_before_train=False",
     "trainer.progress_bar=False",
     "trainer.logger=[]",

@@ -39,12 +39,15 @@ def _batch(*, with_old: bool) -> TrainBatch:
 
 
 def _grads_after_update(model, batch, *, micro: int, mode: str,
-                        loss_mode: str = "vanilla") -> tuple[list, dict]:
+                        loss_mode: str = "vanilla", remove_padding: bool = False,
+                        max_tokens: int | None = None) -> tuple[list, dict]:
     cfg = ActorConfig(loss_agg_mode=mode, use_kl_loss=True, kl_loss_coef=0.1, entropy_coeff=0.01,
-                      grad_clip=1e9, policy_loss=PolicyLossConfig(loss_mode=loss_mode))
+                      grad_clip=1e9, policy_loss=PolicyLossConfig(loss_mode=loss_mode),
+                      use_dynamic_bsz=max_tokens is not None,
+                      ppo_max_token_len_per_gpu=max_tokens or 16384)
     actor = ActorWorker(model, cfg, total_steps=1, micro_batch_size=micro,
                         log_prob_micro_batch_size=micro, temperature=0.9,
-                        max_response_length=R, seed=0)
+                        max_response_length=R, seed=0, remove_padding=remove_padding)
     metrics = actor.update_policy(batch, mini_batch_size=N)
     return [p.grad.clone() for p in model.parameters()], metrics
 
@@ -62,6 +65,46 @@ def test_gradient_does_not_depend_on_micro_batch_size(mode):
         for key in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm",
                     "actor/pg_clipfrac"):
             assert metrics[key] == pytest.approx(reference_metrics[key], rel=1e-4, abs=1e-7), key
+
+
+def _grouped(batch: TrainBatch) -> TrainBatch:
+    """The batch with rows 0-2 sharing row 0's prompt and rows 3-5 row 3's (G = 3)."""
+    ids, mask = batch.input_ids.clone(), batch.attention_mask.clone()
+    for row in (1, 2, 4, 5):
+        src = 0 if row < 3 else 3
+        ids[row, :P], mask[row, :P] = ids[src, :P], mask[src, :P]
+    position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+    return TrainBatch(ids, mask, position_ids, batch.response_mask, batch.advantages,
+                      batch.old_logprobs, batch.ref_logprobs)
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
+def test_shared_prompt_pass_gives_the_padded_gradient_at_any_micro_batch_size(mode):
+    # model.use_remove_padding: each prompt computed once, trailing pad columns cut.
+    # Micro-batches of 1 and 4 cut groups apart (and 4 leaves one of 2).
+    base, batch = _model(), _grouped(_batch(with_old=True))
+    padded_grads, padded_metrics = _grads_after_update(copy.deepcopy(base), batch, micro=N, mode=mode)
+    for micro in (N, 4, 1):
+        grads, metrics = _grads_after_update(copy.deepcopy(base), batch, micro=micro, mode=mode,
+                                             remove_padding=True)
+        for g, ref in zip(grads, padded_grads):
+            torch.testing.assert_close(g, ref, rtol=1e-4, atol=1e-6)
+        for key in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm"):
+            assert metrics[key] == pytest.approx(padded_metrics[key], rel=1e-4, abs=1e-7), key
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-sum-norm"])
+def test_token_budget_micro_batches_give_the_same_gradient(mode):
+    # use_dynamic_bsz: rows hold 3+7, 5+3, 5+5, 5+1, 5+6, 5+2 = 10, 8, 10, 6, 11, 7 tokens;
+    # a budget of 16 cuts [0], [1], [2, 3], [4], [5]; with the shared-prompt pass too.
+    base, batch = _model(), _batch(with_old=True)
+    want, want_metrics = _grads_after_update(copy.deepcopy(base), batch, micro=N, mode=mode)
+    for remove_padding in (False, True):
+        grads, metrics = _grads_after_update(copy.deepcopy(base), batch, micro=N, mode=mode,
+                                             max_tokens=16, remove_padding=remove_padding)
+        for g, ref in zip(grads, want):
+            torch.testing.assert_close(g, ref, rtol=1e-4, atol=1e-6)
+        assert metrics["actor/pg_loss"] == pytest.approx(want_metrics["actor/pg_loss"], rel=1e-4)
 
 
 # clip_cov and kl_cov pick tokens by covariance statistics of the micro-batch they are

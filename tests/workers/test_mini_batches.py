@@ -80,3 +80,18 @@ def test_prompt_batch_select_keeps_padding_width():
                                                                        for i in range(3)])
     part = batch.select(torch.tensor([2, 0]))
     assert part.input_ids.shape == (2, 4) and [s.ground_truth for s in part.samples] == ["2", "0"]
+
+
+def test_micro_batch_rows_by_count_and_by_token_budget():
+    from thinkrl.workers.mini_batches import micro_batch_rows
+
+    counts = torch.tensor([10, 8, 10, 6, 11, 7])
+    assert micro_batch_rows(counts, micro_batch_size=4) == [slice(0, 4), slice(4, 6)]
+    # 10 | 8 | 10 + 6 = 16 | 11 | 7 (each next row would pass 16)
+    assert micro_batch_rows(counts, micro_batch_size=4, max_tokens=16) == [
+        slice(0, 1), slice(1, 2), slice(2, 4), slice(4, 5), slice(5, 6)]
+    # A row over the budget goes alone; everything fits a big budget.
+    assert micro_batch_rows(torch.tensor([3, 50, 3]), micro_batch_size=1, max_tokens=10) == [
+        slice(0, 1), slice(1, 2), slice(2, 3)]
+    assert micro_batch_rows(counts, micro_batch_size=1, max_tokens=1000) == [slice(0, 6)]
+    assert micro_batch_rows(torch.zeros(0, dtype=torch.long), micro_batch_size=2, max_tokens=5) == []

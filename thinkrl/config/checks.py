@@ -111,11 +111,7 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "reward.r1_accuracy_weight": (lambda v: abs(v) < float("inf"), "use a finite weight, e.g. 1.0"),
 }
 # key -> (value that is not supported, what to do)
-_DYNAMIC_BSZ = "token-count micro-batching is not implemented; set it to False and use {}_per_gpu"
 _UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
-    f"{_ARR}.actor.use_dynamic_bsz": (bool, _DYNAMIC_BSZ.format("ppo_micro_batch_size")),
-    f"{_ARR}.rollout.log_prob_use_dynamic_bsz": (bool, _DYNAMIC_BSZ.format("log_prob_micro_batch_size")),
-    f"{_ARR}.ref.log_prob_use_dynamic_bsz": (bool, _DYNAMIC_BSZ.format("log_prob_micro_batch_size")),
     f"{_ARR}.actor.ulysses_sequence_parallel_size": (lambda v: v != 1, "sequence parallelism is not implemented; use 1"),
     f"{_ARR}.model.lora_rank": (lambda v: v != 0, f"LoRA is not implemented yet; remove {_ARR}.model.lora_rank"),
     f"{_ARR}.hybrid_engine": (lambda v: not v, "only colocated actor and rollout are implemented; set it to True"),

@@ -54,7 +54,6 @@ def inactive_settings(cfg: Config) -> list[str]:
             note(tuple(f"{_ARR}.{role}.fsdp_config.{k}" for role in ("actor", "ref")
                        for k in ("param_offload", "optimizer_offload", "offload_policy")),
                  "the model is in host memory already (trainer.device=cpu)")
-    note((f"{_ARR}.model.use_remove_padding",), "thinkrl handles padding in its own log-prob code")
     note((f"{_ARR}.actor.use_torch_compile", f"{_ARR}.ref.use_torch_compile"), "thinkrl does not use torch.compile")
     note(("data.video_key",), "video prompts are not supported (a row with videos is refused)")
     note(("data.dataloader_num_workers", "data.filter_overlong_prompts_workers", "data.use_shm"),
@@ -62,8 +61,12 @@ def inactive_settings(cfg: Config) -> list[str]:
     note((f"{_ARR}.model.use_liger", f"{_ARR}.model.use_fused_kernels", f"{_ARR}.model.enable_activation_offload",
           f"{_ARR}.model.use_shm", "reward_model.launch_reward_fn_async", "data.return_raw_input_ids"),
          "a verl-specific option that thinkrl does not implement")
-    note((f"{_ARR}.actor.ppo_max_token_len_per_gpu", f"{rollout}.log_prob_max_token_len_per_gpu",
-          f"{_ARR}.ref.log_prob_max_token_len_per_gpu"), "it is used only with dynamic batch sizes")
+    arr = cfg.actor_rollout_ref
+    note(tuple(key for key, used in (
+        (f"{_ARR}.actor.ppo_max_token_len_per_gpu", arr.actor.use_dynamic_bsz),
+        (f"{rollout}.log_prob_max_token_len_per_gpu", arr.rollout.log_prob_use_dynamic_bsz),
+        (f"{_ARR}.ref.log_prob_max_token_len_per_gpu", arr.ref.log_prob_use_dynamic_bsz)) if not used),
+         "it is used only with dynamic batch sizes (its use_dynamic_bsz switch is off)")
     if cfg.algorithm.adv_estimator != "gae":
         note(("trainer.critic_warmup", "algorithm.lam"), "only PPO with a critic (algorithm.adv_estimator=gae) "
              "uses it")

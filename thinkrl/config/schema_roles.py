@@ -64,7 +64,10 @@ class ModelConfig:
     trust_remote_code: bool = False
     """Allow model code shipped with the checkpoint to run."""
     use_remove_padding: bool = False
-    """verl: pack sequences without padding for the forward pass."""
+    """verl's key; in thinkrl the reference, old-log-prob and update forwards of a
+    Llama/Qwen2 model compute each distinct prompt once (its G responses attend
+    to it) and skip response columns that are padding in every row of a micro-batch.
+    Same math as the padded forward up to float32 rounding; other models ignore it."""
     enable_gradient_checkpointing: bool = False
     """Recompute activations in backward to save memory."""
     enable_activation_offload: bool = False
@@ -123,7 +126,9 @@ class ActorConfig:
     ppo_micro_batch_size_per_gpu: int | None = None
     """RESPONSES per device per forward/backward (gradient accumulation unit)."""
     use_dynamic_bsz: bool = False
-    """Pack micro-batches by token count instead of response count (not implemented)."""
+    """Cut micro-batches by token count instead of response count: consecutive
+    responses while their prompt + response tokens fit ``ppo_max_token_len_per_gpu``
+    (a longer one goes alone). The gradient does not depend on the cut."""
     ppo_max_token_len_per_gpu: int = 16384
     """Token budget per device per micro-batch when ``use_dynamic_bsz`` is set."""
     grad_clip: float = 1.0
@@ -174,7 +179,7 @@ class RefConfig:
     log_prob_micro_batch_size_per_gpu: int | None = None
     """Responses per device per forward; None uses the actor's micro-batch size."""
     log_prob_use_dynamic_bsz: bool = False
-    """Pack by token count (not implemented)."""
+    """Cut reference forwards by token count (``log_prob_max_token_len_per_gpu``)."""
     log_prob_max_token_len_per_gpu: int = 16384
     """Token budget per device when ``log_prob_use_dynamic_bsz`` is set."""
     use_torch_compile: bool = True
@@ -246,7 +251,7 @@ class RolloutConfig:
     log_prob_micro_batch_size_per_gpu: int | None = None
     """Responses per device per old-log-prob forward; None uses the actor's micro-batch size."""
     log_prob_use_dynamic_bsz: bool = False
-    """Pack by token count (not implemented)."""
+    """Cut old-log-prob forwards by token count (``log_prob_max_token_len_per_gpu``)."""
     log_prob_max_token_len_per_gpu: int = 16384
     """Token budget per device when ``log_prob_use_dynamic_bsz`` is set."""
     enable_chunked_prefill: bool = True

@@ -12,11 +12,14 @@ import functools
 import inspect
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
+from thinkrl.models.lean_decoder import LeanSpec, lean_spec
 from thinkrl.models.logprobs import entropy_from_logits, logprobs_from_logits
 from thinkrl.models.vision import image_kwargs, to_model_positions
 from thinkrl.records import ModelInputs
+from thinkrl.models.shared_prompt import shared_prompt_logits
 
 
 def last_logits(model: torch.nn.Module, keep: int, **inputs) -> tuple[Tensor, object]:
@@ -40,8 +43,8 @@ def forward_accepts(model_class: type, argument: str) -> bool:
 def response_logprobs(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor,
                       position_ids: Tensor, *, response_length: int, temperature: float,
                       with_entropy: bool = False, entropy_grad: bool = False,
-                      model_inputs: ModelInputs | None = None
-                      ) -> tuple[Tensor, Tensor | None]:
+                      model_inputs: ModelInputs | None = None,
+                      remove_padding: bool = False) -> tuple[Tensor, Tensor | None]:
     """log pi(y_t | y_<t) under softmax(logits / temperature), and optionally the
     entropy of that distribution. Inputs [N, P + R] on the model's device;
     returns [N, R] tensors on the same device. The entropy carries a gradient
@@ -51,15 +54,33 @@ def response_logprobs(model: torch.nn.Module, input_ids: Tensor, attention_mask:
     distribution the responses were actually drawn from (as verl does).
 
     VL models: `model_inputs` holds the rows' images and `position_ids` are
-    M-RoPE's [N, 3, P + R] (thinkrl.models.vision)."""
+    M-RoPE's [N, 3, P + R] (thinkrl.models.vision), and take the padded forward.
+
+    With `remove_padding` (model.use_remove_padding) plain Llama/Qwen2
+    decoders take the shared-prompt pass (`thinkrl.models.shared_prompt`:
+    each distinct prompt computed once, response columns past the longest
+    response of these rows not computed: their log-probs and entropies are 0,
+    and every loss masks them). Equal to the padded forward up to float32
+    rounding (<= 2e-6 on log-probs); other models always take the padded one."""
+    spec = shared_prompt_spec(model) if remove_padding and model_inputs is None else None
+    if spec is not None:
+        return _shared_prompt_logprobs(spec, input_ids, attention_mask, position_ids,
+                                       response_length=response_length, temperature=temperature,
+                                       with_entropy=with_entropy, entropy_grad=entropy_grad)
     logits, _ = last_logits(model, response_length + 1, input_ids=input_ids,
                             attention_mask=attention_mask,
                             position_ids=to_model_positions(position_ids), use_cache=False,
                             **image_kwargs(model_inputs, input_ids.device))
     logits = logits[:, :-1, :]  # [N, R, V]
+    return _logprobs_and_entropy(logits, input_ids[:, -response_length:], temperature=temperature,
+                                 with_entropy=with_entropy, entropy_grad=entropy_grad)
+
+
+def _logprobs_and_entropy(logits: Tensor, labels: Tensor, *, temperature: float,
+                          with_entropy: bool, entropy_grad: bool) -> tuple[Tensor, Tensor | None]:
+    """logits [N, R, V] (before temperature), labels [N, R] -> log-probs, entropies [N, R]."""
     if temperature != 1.0 and temperature > 0:
         logits = logits / temperature
-    labels = input_ids[:, -response_length:]
     logprobs = logprobs_from_logits(logits, labels)
     entropy = None
     if with_entropy:
@@ -68,26 +89,65 @@ def response_logprobs(model: torch.nn.Module, input_ids: Tensor, attention_mask:
     return logprobs, entropy
 
 
+def _shared_prompt_logprobs(spec: LeanSpec, input_ids: Tensor, attention_mask: Tensor,
+                            position_ids: Tensor, *, response_length: int, temperature: float,
+                            with_entropy: bool, entropy_grad: bool
+                            ) -> tuple[Tensor, Tensor | None]:
+    """`response_logprobs` by the shared-prompt pass over the first R' columns
+    (R' = the longest response here), zero-padded back to [N, R]."""
+    p = input_ids.shape[1] - response_length
+    lengths = attention_mask[:, p:].sum(-1)
+    kept = max(1, int(lengths.max()))  # right padding: columns past every response hold pads only
+    logits = shared_prompt_logits(spec, input_ids[:, :p + kept], attention_mask[:, :p + kept],
+                                  position_ids[:, :p + kept], response_length=kept)
+    logprobs, entropy = _logprobs_and_entropy(logits, input_ids[:, p:p + kept],
+                                              temperature=temperature, with_entropy=with_entropy,
+                                              entropy_grad=entropy_grad)
+    pad = (0, response_length - kept)
+    return F.pad(logprobs, pad), None if entropy is None else F.pad(entropy, pad)
+
+
+def shared_prompt_spec(model: torch.nn.Module) -> LeanSpec | None:
+    """The model's LeanSpec when the shared-prompt pass computes exactly what
+    its own forward does and may read its weights directly: not for FSDP
+    shards (full weights exist only inside FSDP's hooks) nor under gradient
+    checkpointing (the lean pass would keep every activation)."""
+    from thinkrl.parallel.fsdp import is_sharded
+
+    # transformers 5 renamed is_gradient_checkpointing (deprecated) to is_activation_checkpointing.
+    name = ("is_activation_checkpointing" if hasattr(type(model), "is_activation_checkpointing")
+            else "is_gradient_checkpointing")
+    checkpointing = getattr(model, name, False)
+    if is_sharded(model) or checkpointing:
+        return None
+    return lean_spec(model)
+
+
 @torch.no_grad()
 def batched_response_logprobs(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor,
                               position_ids: Tensor, *, response_length: int, temperature: float,
                               micro_batch_size: int, autocast=contextlib.nullcontext,
                               device: torch.device | None = None,
-                              model_inputs: ModelInputs | None = None) -> Tensor:
-    """`response_logprobs` without gradient, `micro_batch_size` rows at a time.
-    CPU tensors in, CPU [N, R] out."""
+                              model_inputs: ModelInputs | None = None,
+                              remove_padding: bool = False,
+                              max_tokens: int | None = None) -> Tensor:
+    """`response_logprobs` without gradient, `micro_batch_size` rows at a time
+    (or, with `max_tokens`, as many rows as fit that many tokens:
+    `micro_batch_rows`). CPU tensors in, CPU [N, R] out."""
+    from thinkrl.workers.mini_batches import micro_batch_rows
+
     device = device or next(model.parameters()).device  # offloaded shards: the compute device
     was_training = model.training
     model.eval()
     chunks = []
     try:
-        for start in range(0, input_ids.shape[0], micro_batch_size):
-            rows = slice(start, start + micro_batch_size)
+        for rows in micro_batch_rows(attention_mask.sum(-1), micro_batch_size=micro_batch_size,
+                                     max_tokens=max_tokens):
             with autocast():
                 logprobs, _ = response_logprobs(
                     model, input_ids[rows].to(device), attention_mask[rows].to(device),
                     position_ids[rows].to(device), response_length=response_length,
-                    temperature=temperature,
+                    temperature=temperature, remove_padding=remove_padding,
                     model_inputs=None if model_inputs is None else model_inputs.select(rows))
             chunks.append(logprobs.float().cpu())
     finally:

@@ -7,6 +7,12 @@ One call: repeat each prompt G times, prefill all prompts at once (left
 padding, explicit position ids), then decode one token per step for every
 unfinished row, reusing the model's KV cache. A row finishes at EOS (unless
 `ignore_eos`) or at `max_tokens`.
+
+Plain Llama/Qwen2 decoders on one process take `thinkrl.rollout.fast_decode`
+instead (a prompt prefilled once for its G samples, a preallocated cache,
+finished rows leaving the batch): the same tokens under the same generator.
+Every other model (remote code, vision-language, FSDP-sharded) takes the
+padded loop here, which stays the reference.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from torch import Tensor
 
 from thinkrl.models.forward import forward_accepts, last_logits
 from thinkrl.models.vision import image_kwargs, to_model_positions, with_prompt_positions
+from thinkrl.models.lean_decoder import lean_spec
+from thinkrl.rollout import fast_decode
 from thinkrl.records import FINISH_LENGTH, FINISH_STOP, PromptBatch, Rollouts
 from thinkrl.rollout.base import SamplingParams
 
@@ -66,7 +74,7 @@ class NativeEngine:
                  seed: int = 0,
                  autocast: Callable[[], ContextManager] = contextlib.nullcontext,
                  gather: Callable[[], ContextManager] = contextlib.nullcontext,
-                 device: torch.device | None = None) -> None:
+                 device: torch.device | None = None, fast: bool = True) -> None:
         self.model = model
         self.gather = gather
         # Where decoding runs: the parameters' device unless they are offloaded shards.
@@ -79,6 +87,10 @@ class NativeEngine:
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         # transformers 5 renamed the KV-cache argument `past_key_values` to `cache`.
         self._cache_arg = "cache" if forward_accepts(type(model), "cache") else "past_key_values"
+        # The fast loop reads the weights straight from the modules: not for
+        # sharded ones (their full weights exist only inside FSDP's hooks).
+        sharded = gather is not contextlib.nullcontext
+        self._lean = lean_spec(model) if fast and not sharded else None
 
     @property
     def device(self) -> torch.device:
@@ -117,6 +129,14 @@ class NativeEngine:
         g, device = params.n, self.device
         prompt_ids = prompts.input_ids.repeat_interleave(g, dim=0)  # [N, P]
         prompt_mask = prompts.attention_mask.repeat_interleave(g, dim=0)  # [N, P]
+        if self._lean is not None and prompts.model_inputs is None:  # VL: the padded loop
+            response_ids, response_logprobs = fast_decode.decode(
+                self._lean, prompts.input_ids.to(device), prompts.attention_mask.to(device),
+                samples=g, max_tokens=params.max_tokens, pad_token_id=self.pad_token_id,
+                eos=None if params.ignore_eos else self.eos_token_ids.to(device),
+                sample=lambda logits, rows, total: self._sample(logits, params, rows, total))
+            return self._rollouts(prompts, prompt_ids, prompt_mask, response_ids.cpu(),
+                                  response_logprobs.cpu(), params)
         n = prompt_ids.shape[0]
         eos = self.eos_token_ids.to(device)
 
@@ -157,6 +177,13 @@ class NativeEngine:
 
         response_ids = torch.stack(tokens, dim=1).cpu()  # [N, R]
         response_logprobs = torch.stack(logprobs, dim=1).cpu()  # [N, R]
+        return self._rollouts(prompts, prompt_ids, prompt_mask, response_ids, response_logprobs,
+                              params, model_inputs=model_inputs)
+
+    def _rollouts(self, prompts: PromptBatch, prompt_ids: Tensor, prompt_mask: Tensor,
+                  response_ids: Tensor, response_logprobs: Tensor,
+                  params: SamplingParams, model_inputs=None) -> Rollouts:
+        g = params.n
         response_mask = self._response_mask(response_ids, params.ignore_eos)
         stopped = torch.isin(response_ids, self.eos_token_ids).any(-1) & (not params.ignore_eos)
         reasons = [FINISH_STOP if s else FINISH_LENGTH for s in stopped.tolist()]
@@ -169,8 +196,11 @@ class NativeEngine:
             model_inputs=model_inputs,
         )
 
-    def _sample(self, logits: Tensor, params: SamplingParams) -> tuple[Tensor, Tensor]:
-        """Next token and its log-prob under softmax(logits / temperature). [N, V] -> [N], [N]."""
+    def _sample(self, logits: Tensor, params: SamplingParams, rows: Tensor | None = None,
+                total: int = 0) -> tuple[Tensor, Tensor]:
+        """Next token and its log-prob under softmax(logits / temperature). [N, V] -> [N], [N].
+        With `rows`, `logits` are those rows of a `total`-row batch (the
+        generator is drawn as for all of them: `fast_decode.sample_rows`)."""
         if params.greedy:
             token = logits.argmax(-1)
             return token, torch.log_softmax(logits, -1).gather(-1, token[:, None])[:, 0]
@@ -178,6 +208,10 @@ class NativeEngine:
         logp = torch.log_softmax(scaled, -1)
         filtered = filter_logits(scaled, top_k=params.top_k, top_p=params.top_p,
                                  min_p=params.min_p)
+        if rows is not None:
+            token = fast_decode.sample_rows(filtered, rows, total, generator=self.generator,
+                                            probs_of=lambda z: torch.softmax(z, -1))
+            return token, logp.gather(-1, token[:, None])[:, 0]
         probs = torch.softmax(filtered, -1)
         token = torch.multinomial(probs, 1, generator=self.generator)[:, 0]
         return token, logp.gather(-1, token[:, None])[:, 0]

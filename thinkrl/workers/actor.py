@@ -32,7 +32,7 @@ from thinkrl.parallel.distributed import sum_over_ranks
 from thinkrl.parallel.fsdp import full_tensor, is_sharded, parameter_stats
 from thinkrl.records import ModelInputs, TrainBatch
 from thinkrl.rollout.weight_sync import full_state_tensors
-from thinkrl.workers.mini_batches import MiniBatch, plan_mini_batches
+from thinkrl.workers.mini_batches import MiniBatch, micro_batch_rows, plan_mini_batches
 
 
 def make_lr_schedule(optimizer: torch.optim.Optimizer, cfg: OptimConfig, *, total_steps: int):
@@ -69,8 +69,13 @@ class ActorWorker:
                  micro_batch_size: int, log_prob_micro_batch_size: int, temperature: float,
                  max_response_length: int, seed: int,
                  autocast: Callable[[], ContextManager] = contextlib.nullcontext,
-                 device: torch.device | None = None) -> None:
+                 device: torch.device | None = None, remove_padding: bool = False,
+                 log_prob_max_tokens: int | None = None) -> None:
         self.model, self.cfg = model, cfg
+        self.remove_padding = remove_padding  # model.use_remove_padding: the shared-prompt pass
+        # Token budgets per forward (verl's dynamic batch sizes); None: fixed row counts.
+        self.log_prob_max_tokens = log_prob_max_tokens
+        self.max_tokens = cfg.ppo_max_token_len_per_gpu if cfg.use_dynamic_bsz else None
         self.micro_batch_size = micro_batch_size
         self.log_prob_micro_batch_size = log_prob_micro_batch_size
         self.temperature = temperature
@@ -98,7 +103,8 @@ class ActorWorker:
             self.model, input_ids, attention_mask, position_ids,
             response_length=response_length, temperature=self.temperature,
             micro_batch_size=self.log_prob_micro_batch_size, autocast=self.autocast,
-            device=self.device, model_inputs=model_inputs)
+            device=self.device, model_inputs=model_inputs, remove_padding=self.remove_padding,
+            max_tokens=self.log_prob_max_tokens)
 
     def weights(self) -> Iterable[tuple[str, Tensor]]:
         """The policy's (name, tensor) pairs for a rollout engine, one at a
@@ -174,8 +180,10 @@ class ActorWorker:
     def _train_mini_batch(self, mini: TrainBatch, scale: LossScale) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)
         metrics: dict[str, float] = {}
-        for start in range(0, len(mini), self.micro_batch_size):
-            micro = mini.select(slice(start, start + self.micro_batch_size))
+        for rows in micro_batch_rows(mini.attention_mask.sum(-1),
+                                     micro_batch_size=self.micro_batch_size,
+                                     max_tokens=self.max_tokens):
+            micro = mini.select(rows)
             loss, micro_metrics = self._micro_batch_loss(micro, scale)
             loss.backward()
             for key, value in micro_metrics.items():  # shares of the mini-batch: sum them
@@ -201,7 +209,8 @@ class ActorWorker:
                 self.model, micro.input_ids.to(dev), micro.attention_mask.to(dev),
                 micro.position_ids.to(dev), response_length=micro.response_length,
                 temperature=self.temperature, with_entropy=True,
-                entropy_grad=cfg.entropy_coeff != 0, model_inputs=micro.model_inputs)
+                entropy_grad=cfg.entropy_coeff != 0, model_inputs=micro.model_inputs,
+                remove_padding=self.remove_padding)
         # Exactly on-policy (one pass, one mini-batch): pi_old is this very
         # forward, so the ratio is 1 and only its gradient matters.
         old = logprob.detach() if micro.old_logprobs is None else micro.old_logprobs.to(dev)

@@ -47,6 +47,27 @@ def plan_mini_batches(batch: TrainBatch | CriticBatch, *, mini_batch_size: int, 
     return minis
 
 
+def micro_batch_rows(token_counts: Tensor, *, micro_batch_size: int,
+                     max_tokens: int | None = None) -> list[slice]:
+    """Consecutive runs of rows, one per forward: `micro_batch_size` rows
+    each, or with `max_tokens` (verl's use_dynamic_bsz) as many rows as fit
+    that many tokens (prompt + response, padding excluded), a longer row
+    alone. Rows keep their order, so a prompt's responses stay together.
+    token_counts [N] -> slices covering 0..N-1."""
+    n = len(token_counts)
+    if max_tokens is None:
+        return [slice(s, min(s + micro_batch_size, n)) for s in range(0, n, micro_batch_size)]
+    cuts, start, used = [], 0, 0
+    for row, count in enumerate(token_counts.tolist()):
+        if row > start and used + count > max_tokens:
+            cuts.append(slice(start, row))
+            start, used = row, 0
+        used += count
+    if n:
+        cuts.append(slice(start, n))
+    return cuts
+
+
 def balanced_shares(token_counts: Tensor, parts: int) -> list[Tensor]:
     """Row numbers for each of `parts` ranks: as equal in count as possible
     (sharded ranks must run the same number of forward passes, since every

@@ -105,7 +105,10 @@ class PolicyRank:
             micro_batch_size=sizes.micro_batch_size_per_device,
             log_prob_micro_batch_size=sizes.log_prob_micro_batch_size_per_device,
             temperature=rollout.temperature, max_response_length=sizes.response_length,
-            seed=cfg.trainer.seed, autocast=self.autocast, device=self.device)
+            seed=cfg.trainer.seed, autocast=self.autocast, device=self.device,
+            remove_padding=arr.model.use_remove_padding,
+            log_prob_max_tokens=(rollout.log_prob_max_token_len_per_gpu
+                                 if rollout.log_prob_use_dynamic_bsz else None))
         self.reference = None
         if spec.with_reference:
             ref_model = self._load(gradient_checkpointing=False)
@@ -114,7 +117,10 @@ class PolicyRank:
                                  whole=unsplit_modules(ref_model, arr.model))
             self.reference = ReferenceWorker(
                 ref_model, micro_batch_size=sizes.ref_log_prob_micro_batch_size_per_device,
-                temperature=rollout.temperature, autocast=self.autocast, device=self.device)
+                temperature=rollout.temperature, autocast=self.autocast, device=self.device,
+                remove_padding=arr.model.use_remove_padding,
+                max_tokens=(arr.ref.log_prob_max_token_len_per_gpu
+                            if arr.ref.log_prob_use_dynamic_bsz else None))
         # PPO with a critic (algorithm.adv_estimator=gae): the value model, else None.
         self.critic = (build_critic(spec, device=self.device, autocast=self.autocast,
                                     compute_dtype=dtype, param_offload=offload[2])

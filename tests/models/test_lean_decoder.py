@@ -1,0 +1,81 @@
+"""The lean decoder forward against Hugging Face's own forward on the same module."""
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+from thinkrl.models.lean_decoder import decoder_logits, lean_spec, padding_attention_mask
+
+
+def _qwen2():
+    cfg = Qwen2Config(vocab_size=40, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                      initializer_range=0.3)
+    torch.manual_seed(0)
+    return Qwen2ForCausalLM(cfg)
+
+
+def _batch():
+    ids = torch.randint(3, 40, (3, 9), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[0, :3], mask[2, :1] = 0, 0  # left padding
+    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def test_logits_and_gradients_equal_hugging_face():
+    model = _qwen2()
+    ids, mask, pos = _batch()
+    hf = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, -5:]
+    hf[mask[:, -5:].bool()].logsumexp(-1).sum().backward()
+    want = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    lean = decoder_logits(lean_spec(model), ids, pos, padding_attention_mask(mask, 9), keep=5)
+    lean[mask[:, -5:].bool()].logsumexp(-1).sum().backward()
+    real = mask[:, -5:].bool()
+    assert torch.allclose(lean[real], hf[real], atol=1e-5, rtol=1e-5)
+    for name, p in model.named_parameters():
+        assert torch.allclose(p.grad, want[name], atol=1e-5, rtol=1e-4), name
+
+
+def test_llama_without_biases_and_no_padding_is_causal():
+    cfg = LlamaConfig(vocab_size=40, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=4, initializer_range=0.3)
+    model = LlamaForCausalLM(cfg)
+    ids = torch.randint(3, 40, (2, 7))
+    pos = torch.arange(7).expand(2, 7)
+    with torch.no_grad():
+        hf = model(input_ids=ids).logits
+        lean = decoder_logits(lean_spec(model), ids, pos, None, keep=7)
+    assert torch.allclose(lean, hf, atol=1e-5, rtol=1e-5)
+
+
+def test_padding_mask_by_hand():
+    # Row [pad, a, b]: a sees a; b sees a, b; the pad query sees only itself.
+    mask = padding_attention_mask(torch.tensor([[0, 1, 1]]), 3)[0, 0]
+    assert mask.tolist() == [[True, False, False], [False, True, False], [False, True, True]]
+    assert padding_attention_mask(torch.tensor([[0, 1, 1]]), 1)[0, 0].tolist() == [[False, True, True]]
+
+
+def test_unsupported_configs_get_no_spec():
+    cfg = Qwen2Config(vocab_size=40, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                      num_attention_heads=4, num_key_value_heads=2,
+                      rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4})
+    assert lean_spec(Qwen2ForCausalLM(cfg)) is None
+    cfg = Qwen2Config(vocab_size=40, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                      num_attention_heads=4, num_key_value_heads=2, hidden_act="gelu")
+    assert lean_spec(Qwen2ForCausalLM(cfg)) is None
+
+
+def test_a_wrapped_projection_gets_no_spec():
+    # An adapter around a projection (LoRA-style) computes more than its .weight.
+    class Adapted(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner, self.weight, self.bias = inner, inner.weight, inner.bias
+
+        def forward(self, x):
+            return self.inner(x) * 2
+
+    model = _qwen2()
+    assert lean_spec(model) is not None
+    model.model.layers[1].self_attn.v_proj = Adapted(model.model.layers[1].self_attn.v_proj)
+    assert lean_spec(model) is None

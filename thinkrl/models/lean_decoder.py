@@ -1,0 +1,245 @@
+"""A lean forward pass for Llama/Qwen2-family decoders, on the module's own weights.
+
+Why: at the sizes thinkrl trains on a CPU (hidden 128-1024), a Hugging Face
+decoder spends as long in Python, mask building and small unfused kernels
+as in its matrix products. This is the same computation written as one
+function over the same parameters (so gradients reach them and the
+optimizer, FSDP and checkpoints see nothing new), with
+- q/k/v as one matrix product and gate/up as one (the weights concatenated
+  per call: a copy of the layer's weights, tiny next to the activations);
+- rotary tables built once per call, not once per layer;
+- an optional key/value cache (`thinkrl.rollout.kv_cache.StaticKVCache`)
+  written in place for decoding.
+
+Only the plain architecture is covered (`lean_spec` says None otherwise:
+sliding windows, scaled RoPE, qk-norm, other activations, remote code);
+callers then take Hugging Face's forward. Results equal Hugging Face's up
+to float32 rounding (different summation order inside fused products:
+observed <= 2e-6 relative on logits, see tests/unit/test_lean_decoder.py).
+
+Shapes: N rows, S tokens per row, H heads (K of them key/value heads), D
+head dim, E hidden size, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+# model_type values whose decoder layer is exactly: RMSNorm -> attention with
+# RoPE (q/k/v biases optional) -> residual -> RMSNorm -> SiLU-gated MLP -> residual.
+_PLAIN_DECODERS = ("llama", "qwen2", "mistral")
+
+
+@dataclass(frozen=True, slots=True)
+class LeanSpec:
+    """What the lean forward needs to know about a model (weights stay in it)."""
+
+    model: torch.nn.Module  # the *ForCausalLM module
+    heads: int
+    kv_heads: int
+    head_dim: int
+    eps: float
+    rope_theta: float
+
+
+def lean_spec(model: torch.nn.Module) -> LeanSpec | None:
+    """The model's LeanSpec, or None when its architecture is not the plain
+    decoder this module computes exactly (the caller then uses the model's
+    own forward)."""
+    cfg = getattr(model, "config", None)
+    if cfg is None or getattr(cfg, "model_type", None) not in _PLAIN_DECODERS:
+        return None
+    inner = getattr(model, "model", None)
+    if inner is None or not hasattr(inner, "layers") or not hasattr(model, "lm_head"):
+        return None
+    rope = getattr(cfg, "rope_parameters", None) or {}
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    theta = rope.get("rope_theta", getattr(cfg, "rope_theta", None))
+    if rope_type != "default" or theta is None:
+        return None
+    if getattr(cfg, "hidden_act", "silu") != "silu" or getattr(cfg, "use_sliding_window", False):
+        return None
+    if getattr(cfg, "sliding_window", None) and cfg.model_type == "mistral":
+        return None
+    if any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or [])):
+        return None
+    if getattr(cfg, "mlp_bias", False) or getattr(cfg, "pretraining_tp", 1) != 1:
+        return None
+    if not all(_plain_layer(layer) for layer in inner.layers):
+        return None
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    return LeanSpec(model=model, heads=cfg.num_attention_heads,
+                    kv_heads=cfg.num_key_value_heads, head_dim=head_dim,
+                    eps=cfg.rms_norm_eps, rope_theta=float(theta))
+
+
+def _plain_layer(layer: torch.nn.Module) -> bool:
+    """Whether every projection is a plain nn.Linear: adapters (LoRA) or
+    quantized modules compute something else from their weights."""
+    attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
+    names = (("q_proj", "k_proj", "v_proj", "o_proj"), ("gate_proj", "up_proj", "down_proj"))
+    if attn is None or mlp is None:
+        return False
+    return all(type(getattr(module, name, None)) is torch.nn.Linear
+               for module, group in zip((attn, mlp), names) for name in group)
+
+
+def rotary_tables(spec: LeanSpec, position_ids: Tensor, dtype: torch.dtype
+                  ) -> tuple[Tensor, Tensor]:
+    """cos, sin [N, S, 1, D] for positions [N, S]: angle_{p, i} = p * theta^(-2i/D),
+    the two halves of D repeated (the rotate-half convention). Positions
+    [1, C] give the table of a whole decode (`RopeTable`)."""
+    d = spec.head_dim
+    inv_freq = 1.0 / (spec.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float,
+                                                       device=position_ids.device) / d))
+    freqs = position_ids[..., None].float() * inv_freq  # [N, S, D/2]
+    emb = torch.cat((freqs, freqs), dim=-1)[:, :, None, :]
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """x * cos + rotate_half(x) * sin, x [N, S, h, D]."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+def _rms_norm(x: Tensor, norm: torch.nn.Module, eps: float) -> Tensor:
+    """weight * x / sqrt(mean(x^2) + eps), computed in float32 as Hugging Face does."""
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return norm.weight * xf.to(x.dtype)
+
+
+def padding_attention_mask(attention_mask: Tensor, queries: int) -> Tensor:
+    """Boolean [N, 1, Q, S] mask for the last `queries` of S positions: query
+    i sees key j when j <= i (causal) and j is a real token. A padding query
+    sees itself only, so no softmax row is empty (its output is never read)."""
+    n, s = attention_mask.shape
+    key_pos = torch.arange(s, device=attention_mask.device)
+    query_pos = key_pos[s - queries:]
+    causal = key_pos[None, :] <= query_pos[:, None]  # [Q, S]
+    mask = causal[None] & attention_mask.bool()[:, None, :]
+    mask = mask | (key_pos[None, :] == query_pos[:, None])[None]
+    return mask[:, None]
+
+
+@dataclass(frozen=True, slots=True)
+class FusedWeights:
+    """One layer's q/k/v and gate/up weights, concatenated (see `fused_weights`)."""
+
+    qkv: Tensor  # [(H + 2K) D, E]
+    qkv_bias: Tensor | None
+    gate_up: Tensor  # [2 I, E]
+    o: Tensor  # [E, H D]
+    o_bias: Tensor | None
+    down: Tensor  # [E, I]
+
+
+def fused_weights(spec: LeanSpec, dtype: torch.dtype | None = None) -> list[FusedWeights]:
+    """Every layer's fused weights, built once: for a loop of forwards over
+    unchanging weights (decoding). They are copies: rebuild after an update.
+    `dtype` casts them once (under autocast, instead of once per product)."""
+    out = []
+    for layer in spec.model.model.layers:
+        fused = fused_weights_of(layer)
+        if dtype is not None:
+            fused = FusedWeights(*(None if w is None else w.to(dtype) for w in (
+                fused.qkv, fused.qkv_bias, fused.gate_up, fused.o, fused.o_bias, fused.down)))
+        out.append(fused)
+    return out
+
+
+def _attend_one(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+    """Attention of one new query per row, q [N, H, 1, D] over k, v [N, K, T, D],
+    mask [N, 1, 1, T]: softmax(q k^T / sqrt(D), masked) v. The H/K query heads
+    that share a key head go in one product (no repeated keys). On a CPU this
+    beats the SDPA kernel, which tiles for long queries (265 vs 306 us for
+    64 rows x 4 heads x 71 keys, one thread)."""
+    n, h, _, d = q.shape
+    kv = k.shape[1]
+    qg = q.reshape(n, kv, h // kv, d)  # [N, K, H/K, D]
+    scores = torch.matmul(qg, k.transpose(-1, -2)) * d ** -0.5  # [N, K, H/K, T]
+    scores = scores.masked_fill(~mask, float("-inf"))
+    out = torch.matmul(torch.softmax(scores, dim=-1), v)  # [N, K, H/K, D]
+    return out.reshape(n, h, 1, d)
+
+
+def decoder_logits(spec: LeanSpec, input_ids: Tensor, position_ids: Tensor, attn_mask: Tensor | None,
+                   *, keep: int, cache=None, weights: list[FusedWeights] | None = None,
+                   rope: tuple[Tensor, Tensor] | None = None) -> Tensor:
+    """Logits of the last `keep` positions [N, keep, V] for input_ids [N, S].
+
+    `attn_mask` is a boolean [N, 1, S, S_total] mask (True = attend), or None
+    for plain causal attention over the S new tokens. With `cache`
+    (a StaticKVCache), each layer's keys/values are written into it at its
+    current length and attention runs over everything it holds. `weights`
+    (`fused_weights`) saves concatenating them again in a loop, and `rope`
+    (`rotary_tables` of positions 0..C-1, [1, C, 1, D] each) recomputing
+    the rotary angles."""
+    model = spec.model.model
+    h = model.embed_tokens(input_ids)  # [N, S, E]
+    s = h.shape[1]
+    if rope is None:
+        cos, sin = rotary_tables(spec, position_ids, h.dtype)
+    else:  # the same values, looked up: [N, S, 1, D]
+        cos, sin = rope[0][0, position_ids], rope[1][0, position_ids]
+    for index, layer in enumerate(model.layers):
+        fused = weights[index] if weights is not None else fused_weights_of(layer)
+        q, k, v = project_qkv(spec, layer, fused, h, cos, sin)
+        if cache is not None:
+            k, v = cache.write(index, k, v)
+        if s == 1 and attn_mask is not None:
+            out = _attend_one(q, k, v, attn_mask)
+        else:
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None,
+                enable_gqa=spec.kv_heads != spec.heads)  # [N, H, S, D]
+        h = finish_layer(layer, fused, h, out, spec.eps)
+    return final_logits(spec, h[:, -keep:])
+
+
+def project_qkv(spec: LeanSpec, layer: torch.nn.Module, fused: FusedWeights, h: Tensor,
+                cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """A layer's rotated queries [N, H, S, D], keys and values [N, K, S, D] of h [N, S, E]."""
+    n, s, _ = h.shape
+    q_size, kv_size = spec.heads * spec.head_dim, spec.kv_heads * spec.head_dim
+    x = _rms_norm(h, layer.input_layernorm, spec.eps)
+    qkv = F.linear(x, fused.qkv, fused.qkv_bias)  # [N, S, (H + 2K) D]
+    q, k, v = qkv.split((q_size, kv_size, kv_size), dim=-1)
+    q = _rotate(q.view(n, s, spec.heads, spec.head_dim), cos, sin).transpose(1, 2)
+    k = _rotate(k.view(n, s, spec.kv_heads, spec.head_dim), cos, sin).transpose(1, 2)
+    v = v.view(n, s, spec.kv_heads, spec.head_dim).transpose(1, 2)
+    return q, k, v
+
+
+def finish_layer(layer: torch.nn.Module, fused: FusedWeights, h: Tensor, attended: Tensor,
+                 eps: float) -> Tensor:
+    """The rest of a layer after attention: output projection and residual,
+    then the SiLU-gated MLP and residual. attended [N, H, S, D] -> h [N, S, E]."""
+    n, heads, s, d = attended.shape
+    out = attended.transpose(1, 2).reshape(n, s, heads * d)
+    h = h + F.linear(out, fused.o, fused.o_bias)
+    x = _rms_norm(h, layer.post_attention_layernorm, eps)
+    gate, up = F.linear(x, fused.gate_up).chunk(2, -1)
+    return h + F.linear(F.silu(gate) * up, fused.down)
+
+
+def final_logits(spec: LeanSpec, h: Tensor) -> Tensor:
+    """Final norm and output head: h [N, S, E] -> logits [N, S, V]."""
+    h = _rms_norm(h, spec.model.model.norm, spec.eps)
+    return F.linear(h, spec.model.lm_head.weight, spec.model.lm_head.bias)
+
+
+def fused_weights_of(layer: torch.nn.Module) -> FusedWeights:
+    """One layer's fused weights, concatenated in the autograd graph (training)."""
+    attn, mlp = layer.self_attn, layer.mlp
+    bias = (None if attn.q_proj.bias is None
+            else torch.cat((attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias)))
+    return FusedWeights(qkv=torch.cat((attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight)),
+                        qkv_bias=bias, gate_up=torch.cat((mlp.gate_proj.weight, mlp.up_proj.weight)),
+                        o=attn.o_proj.weight, o_bias=attn.o_proj.bias, down=mlp.down_proj.weight)
