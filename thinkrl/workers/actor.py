@@ -35,6 +35,12 @@ from thinkrl.rollout.weight_sync import full_state_tensors
 from thinkrl.workers.mini_batches import MiniBatch, micro_batch_rows, plan_mini_batches
 
 
+def make_adamw(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters, with the role's optim.* settings."""
+    return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
+                             betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
+
+
 def make_lr_schedule(optimizer: torch.optim.Optimizer, cfg: OptimConfig, *, total_steps: int):
     """Linear warmup, then constant or cosine decay to `min_lr_ratio`."""
     warmup = cfg.lr_warmup_steps
@@ -86,9 +92,7 @@ class ActorWorker:
         # the shards on the host (offload) and gathers them onto `device`.
         self.device = device or next(model.parameters()).device
         self.autocast = autocast
-        self.optimizer = torch.optim.AdamW(
-            [p for p in model.parameters() if p.requires_grad], lr=cfg.optim.lr,
-            betas=tuple(cfg.optim.betas), eps=cfg.optim.eps, weight_decay=cfg.optim.weight_decay)
+        self.optimizer = make_adamw(model, cfg.optim)
         self.scheduler = make_lr_schedule(self.optimizer, cfg.optim, total_steps=total_steps)
         self.kl_estimator = get_kl_estimator(cfg.kl_loss_type) if cfg.use_kl_loss else None
         self.policy_loss = build_policy_loss(cfg)  # policy_loss.loss_mode, settings bound

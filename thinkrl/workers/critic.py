@@ -29,7 +29,7 @@ from thinkrl.models.value import response_values
 from thinkrl.parallel.distributed import sum_over_ranks
 from thinkrl.parallel.fsdp import full_tensor, is_sharded
 from thinkrl.records import CriticBatch
-from thinkrl.workers.actor import make_lr_schedule, restore_schedule
+from thinkrl.workers.actor import make_adamw, make_lr_schedule, restore_schedule
 from thinkrl.workers.mini_batches import MiniBatch, plan_mini_batches
 
 
@@ -43,9 +43,7 @@ class CriticWorker:
         self.response_length = response_length
         self.device = device or next(model.parameters()).device
         self.autocast = autocast
-        self.optimizer = torch.optim.AdamW(
-            [p for p in model.parameters() if p.requires_grad], lr=cfg.optim.lr,
-            betas=tuple(cfg.optim.betas), eps=cfg.optim.eps, weight_decay=cfg.optim.weight_decay)
+        self.optimizer = make_adamw(model, cfg.optim)
         # One schedule step per training step, as the actor's (verl steps both once per step).
         self.scheduler = make_lr_schedule(self.optimizer, cfg.optim, total_steps=total_steps)
         self.shuffle_generator = torch.Generator().manual_seed(seed)
