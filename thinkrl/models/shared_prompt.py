@@ -20,11 +20,11 @@ response columns, H/K heads, D head dim, E hidden, V vocabulary.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from thinkrl.models.lean_decoder import (LeanSpec, final_logits, finish_layer, fused_weights_of,
-                                         padding_attention_mask, project_qkv, rotary_tables)
+from thinkrl.models.lean_decoder import (LeanSpec, attention, final_logits, finish_layer,
+                                         fused_weights_of, padding_attention_mask, project_qkv,
+                                         rotary_tables)
 
 
 def distinct_prompts(prompt_ids: Tensor, prompt_mask: Tensor) -> tuple[Tensor, Tensor]:
@@ -69,19 +69,17 @@ def shared_prompt_logits(spec: LeanSpec, input_ids: Tensor, attention_mask: Tens
     rope_r = rotary_tables(spec, position_ids[:, p:p + m], h_r.dtype)
     prompt_attn = padding_attention_mask(prompt_mask, p)  # [U, 1, P, P]
     response_attn = response_mask_for_shared(attention_mask[:, :p], attention_mask[:, p:p + m])
-    gqa = spec.kv_heads != spec.heads
     for layer in model.layers:
         fused = fused_weights_of(layer)
         q_p, k_p, v_p = project_qkv(spec, layer, fused, h_p, *rope_p)
-        out_p = F.scaled_dot_product_attention(q_p, k_p, v_p, attn_mask=prompt_attn, enable_gqa=gqa)
+        out_p = attention(q_p, k_p, v_p, prompt_attn)
         if m > 0:
             q_r, k_r, v_r = project_qkv(spec, layer, fused, h_r, *rope_r)
             # Each response's keys: its prompt's (one copy per row, gradients summed back),
             # then its own.
             k = torch.cat((k_p[inverse], k_r), dim=2)  # [N, K, P + R - 1, D]
             v = torch.cat((v_p[inverse], v_r), dim=2)
-            out_r = F.scaled_dot_product_attention(q_r, k, v, attn_mask=response_attn,
-                                                   enable_gqa=gqa)
+            out_r = attention(q_r, k, v, response_attn)
             h_r = finish_layer(layer, fused, h_r, out_r, spec.eps)
         h_p = finish_layer(layer, fused, h_p, out_p, spec.eps)
     # Response token 0 is predicted at the prompt's last position, token t at response column t-1.
