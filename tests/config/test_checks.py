@@ -183,3 +183,11 @@ def test_inactive_settings_only_for_changed_values() -> None:
     # with vLLM selected, its own settings are live
     vllm = load_config(None, [*SMALL, f"{ARR}.rollout.name=vllm", f"{ARR}.rollout.enforce_eager=True"])
     assert inactive_settings(vllm) == []
+
+
+def test_fused_kernels_is_live_only_with_the_shared_prompt_pass() -> None:
+    alone = inactive_settings(load_config(None, [*SMALL, f"{ARR}.model.use_fused_kernels=True"]))
+    assert len(alone) == 1 and "use_remove_padding=True" in alone[0]
+    both = load_config(None, [*SMALL, f"{ARR}.model.use_fused_kernels=True",
+                              f"{ARR}.model.use_remove_padding=True"])
+    assert inactive_settings(both) == []

@@ -1,9 +1,12 @@
 """The lean decoder forward against Hugging Face's own forward on the same module."""
 
+from types import SimpleNamespace
+
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from thinkrl.models.lean_decoder import decoder_logits, lean_spec, padding_attention_mask
+from thinkrl.models.lean_decoder import (attend_one, attention, decoder_logits, lean_spec,
+                                         one_query_bias, padding_attention_mask)
 
 
 def _qwen2():
@@ -79,3 +82,24 @@ def test_a_wrapped_projection_gets_no_spec():
     assert lean_spec(model) is not None
     model.model.layers[1].self_attn.v_proj = Adapted(model.model.layers[1].self_attn.v_proj)
     assert lean_spec(model) is None
+
+
+def test_cpu_attention_runs_in_float32_under_bfloat16_autocast():
+    # bfloat16 q/k/v in, bfloat16 out, but the softmax(q k^T) v in between is float32's:
+    # equal to the float32 kernel's result rounded once, not to the bfloat16 kernel's.
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, s, 8, generator=g).bfloat16() for s in (5, 7, 7))
+    k, v = k[:, :2], v[:, :2]  # 2 key/value heads for 4 query heads
+    mask = torch.rand(2, 1, 5, 7, generator=g) > 0.3
+    mask[..., 0] = True
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q.float(), k.float(), v.float(), attn_mask=mask, enable_gqa=True).bfloat16()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = attention(q, k, v, mask)
+        one = attend_one(q[:, :, :1], k.float(), v.float(),  # the decode step, float32 cache
+                         one_query_bias(mask[:, :, :1], SimpleNamespace(heads=4, kv_heads=2),
+                                        torch.float32))
+    assert got.dtype == torch.bfloat16 and torch.equal(got, want)
+    assert torch.allclose(one.float(), want[:, :, :1].float(), atol=1e-2)
+    in_bf16 = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    assert not torch.equal(in_bf16, want)  # so the test can tell the two kernels apart

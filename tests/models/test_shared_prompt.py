@@ -93,3 +93,21 @@ def test_one_token_responses():
                                    remove_padding=True)
         full, _ = response_logprobs(model, ids, mask, pos, response_length=1, temperature=1.0)
     torch.testing.assert_close(cut, full, rtol=1e-6, atol=2e-6)
+
+
+def test_fused_head_equals_the_shared_prompt_pass_with_whole_logits():
+    model = _model()
+    ids, mask, pos, real = _grouped_batch()
+    out = {}
+    for fused in (False, True):
+        model.zero_grad()
+        logp, ent = response_logprobs(model, ids, mask, pos, response_length=R, temperature=0.8,
+                                      with_entropy=True, entropy_grad=True, remove_padding=True,
+                                      fused_head=fused)
+        ((logp - 0.1 * ent) * real).sum().backward()
+        out[fused] = logp.detach(), ent.detach(), [p.grad.clone() for p in model.parameters()]
+    (lp0, e0, g0), (lp1, e1, g1) = out[False], out[True]
+    torch.testing.assert_close(lp1, lp0, rtol=1e-6, atol=2e-6)
+    torch.testing.assert_close(e1, e0, rtol=1e-6, atol=2e-6)
+    for a, b in zip(g1, g0):
+        assert (a - b).norm() <= 1e-5 * b.norm(), ((a - b).norm() / b.norm()).item()

@@ -40,14 +40,16 @@ def _batch(*, with_old: bool) -> TrainBatch:
 
 def _grads_after_update(model, batch, *, micro: int, mode: str,
                         loss_mode: str = "vanilla", remove_padding: bool = False,
-                        max_tokens: int | None = None) -> tuple[list, dict]:
+                        max_tokens: int | None = None, fused_head: bool = False
+                        ) -> tuple[list, dict]:
     cfg = ActorConfig(loss_agg_mode=mode, use_kl_loss=True, kl_loss_coef=0.1, entropy_coeff=0.01,
                       grad_clip=1e9, policy_loss=PolicyLossConfig(loss_mode=loss_mode),
                       use_dynamic_bsz=max_tokens is not None,
                       ppo_max_token_len_per_gpu=max_tokens or 16384)
     actor = ActorWorker(model, cfg, total_steps=1, micro_batch_size=micro,
                         log_prob_micro_batch_size=micro, temperature=0.9,
-                        max_response_length=R, seed=0, remove_padding=remove_padding)
+                        max_response_length=R, seed=0, remove_padding=remove_padding,
+                        fused_head=fused_head)
     metrics = actor.update_policy(batch, mini_batch_size=N)
     return [p.grad.clone() for p in model.parameters()], metrics
 
@@ -81,12 +83,13 @@ def _grouped(batch: TrainBatch) -> TrainBatch:
 @pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
 def test_shared_prompt_pass_gives_the_padded_gradient_at_any_micro_batch_size(mode):
     # model.use_remove_padding: each prompt computed once, trailing pad columns cut.
-    # Micro-batches of 1 and 4 cut groups apart (and 4 leaves one of 2).
+    # Micro-batches of 1 and 4 cut groups apart (and 4 leaves one of 2); at N also
+    # with the chunked output head (model.use_fused_kernels).
     base, batch = _model(), _grouped(_batch(with_old=True))
     padded_grads, padded_metrics = _grads_after_update(copy.deepcopy(base), batch, micro=N, mode=mode)
-    for micro in (N, 4, 1):
+    for micro, fused in ((N, False), (4, False), (1, False), (N, True)):
         grads, metrics = _grads_after_update(copy.deepcopy(base), batch, micro=micro, mode=mode,
-                                             remove_padding=True)
+                                             remove_padding=True, fused_head=fused)
         for g, ref in zip(grads, padded_grads):
             torch.testing.assert_close(g, ref, rtol=1e-4, atol=1e-6)
         for key in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm"):

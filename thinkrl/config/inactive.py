@@ -58,10 +58,13 @@ def inactive_settings(cfg: Config) -> list[str]:
     note(("data.video_key",), "video prompts are not supported (a row with videos is refused)")
     note(("data.dataloader_num_workers", "data.filter_overlong_prompts_workers", "data.use_shm"),
          "prompts are loaded in the main process")
-    note((f"{_ARR}.model.use_liger", f"{_ARR}.model.use_fused_kernels", f"{_ARR}.model.enable_activation_offload",
+    note((f"{_ARR}.model.use_liger", f"{_ARR}.model.enable_activation_offload",
           f"{_ARR}.model.use_shm", "reward_model.launch_reward_fn_async", "data.return_raw_input_ids"),
          "a verl-specific option that thinkrl does not implement")
     arr = cfg.actor_rollout_ref
+    if not arr.model.use_remove_padding:
+        note((f"{_ARR}.model.use_fused_kernels",), f"it is used only with {_ARR}.model.use_remove_padding=True "
+             "(the shared-prompt pass)")
     note(tuple(key for key, used in (
         (f"{_ARR}.actor.ppo_max_token_len_per_gpu", arr.actor.use_dynamic_bsz),
         (f"{rollout}.log_prob_max_token_len_per_gpu", arr.rollout.log_prob_use_dynamic_bsz),

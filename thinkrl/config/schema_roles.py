@@ -87,7 +87,11 @@ class ModelConfig:
     use_liger: bool = False
     """verl: use Liger kernels."""
     use_fused_kernels: bool = False
-    """verl: fused log-prob/entropy kernels."""
+    """verl's key; in thinkrl the shared-prompt pass (``use_remove_padding``) applies
+    the output head a chunk of tokens at a time and computes log-probs and
+    entropies from each chunk, so the [tokens, vocabulary] logits never exist
+    whole (at Qwen2.5's 152k vocabulary they outweigh the model); the backward
+    recomputes each chunk. Same math up to float32 rounding."""
     dtype: str = "auto"
     """Compute dtype of forward passes: "auto" (float32 on CPU, bfloat16 on accelerators), "float32",
     "bfloat16", "float16". Weights and optimizer states stay float32 (mixed precision)."""

@@ -19,7 +19,8 @@ from thinkrl.models.lean_decoder import LeanSpec, lean_spec
 from thinkrl.models.logprobs import entropy_from_logits, logprobs_from_logits
 from thinkrl.models.vision import image_kwargs, to_model_positions
 from thinkrl.records import ModelInputs
-from thinkrl.models.shared_prompt import shared_prompt_logits
+from thinkrl.models.fused_head import head_logprobs
+from thinkrl.models.shared_prompt import shared_prompt_hidden, shared_prompt_logits
 
 
 def last_logits(model: torch.nn.Module, keep: int, **inputs) -> tuple[Tensor, object]:
@@ -44,7 +45,8 @@ def response_logprobs(model: torch.nn.Module, input_ids: Tensor, attention_mask:
                       position_ids: Tensor, *, response_length: int, temperature: float,
                       with_entropy: bool = False, entropy_grad: bool = False,
                       model_inputs: ModelInputs | None = None,
-                      remove_padding: bool = False) -> tuple[Tensor, Tensor | None]:
+                      remove_padding: bool = False,
+                      fused_head: bool = False) -> tuple[Tensor, Tensor | None]:
     """log pi(y_t | y_<t) under softmax(logits / temperature), and optionally the
     entropy of that distribution. Inputs [N, P + R] on the model's device;
     returns [N, R] tensors on the same device. The entropy carries a gradient
@@ -61,12 +63,15 @@ def response_logprobs(model: torch.nn.Module, input_ids: Tensor, attention_mask:
     each distinct prompt computed once, response columns past the longest
     response of these rows not computed: their log-probs and entropies are 0,
     and every loss masks them). Equal to the padded forward up to float32
-    rounding (<= 2e-6 on log-probs); other models always take the padded one."""
+    rounding (<= 2e-6 on log-probs); other models always take the padded one.
+    With `fused_head` too (model.use_fused_kernels) that pass never holds
+    more than a chunk of tokens' logits (`thinkrl.models.fused_head`)."""
     spec = shared_prompt_spec(model) if remove_padding and model_inputs is None else None
     if spec is not None:
         return _shared_prompt_logprobs(spec, input_ids, attention_mask, position_ids,
                                        response_length=response_length, temperature=temperature,
-                                       with_entropy=with_entropy, entropy_grad=entropy_grad)
+                                       with_entropy=with_entropy, entropy_grad=entropy_grad,
+                                       fused_head=fused_head)
     logits, _ = last_logits(model, response_length + 1, input_ids=input_ids,
                             attention_mask=attention_mask,
                             position_ids=to_model_positions(position_ids), use_cache=False,
@@ -91,18 +96,25 @@ def _logprobs_and_entropy(logits: Tensor, labels: Tensor, *, temperature: float,
 
 def _shared_prompt_logprobs(spec: LeanSpec, input_ids: Tensor, attention_mask: Tensor,
                             position_ids: Tensor, *, response_length: int, temperature: float,
-                            with_entropy: bool, entropy_grad: bool
+                            with_entropy: bool, entropy_grad: bool, fused_head: bool
                             ) -> tuple[Tensor, Tensor | None]:
     """`response_logprobs` by the shared-prompt pass over the first R' columns
     (R' = the longest response here), zero-padded back to [N, R]."""
     p = input_ids.shape[1] - response_length
     lengths = attention_mask[:, p:].sum(-1)
     kept = max(1, int(lengths.max()))  # right padding: columns past every response hold pads only
-    logits = shared_prompt_logits(spec, input_ids[:, :p + kept], attention_mask[:, :p + kept],
-                                  position_ids[:, :p + kept], response_length=kept)
-    logprobs, entropy = _logprobs_and_entropy(logits, input_ids[:, p:p + kept],
-                                              temperature=temperature, with_entropy=with_entropy,
-                                              entropy_grad=entropy_grad)
+    inputs = (input_ids[:, :p + kept], attention_mask[:, :p + kept], position_ids[:, :p + kept])
+    labels = input_ids[:, p:p + kept]
+    if fused_head:
+        head = spec.model.lm_head
+        logprobs, entropy = head_logprobs(
+            shared_prompt_hidden(spec, *inputs, response_length=kept), head.weight, head.bias,
+            labels, temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad)
+    else:
+        logits = shared_prompt_logits(spec, *inputs, response_length=kept)
+        logprobs, entropy = _logprobs_and_entropy(logits, labels, temperature=temperature,
+                                                  with_entropy=with_entropy,
+                                                  entropy_grad=entropy_grad)
     pad = (0, response_length - kept)
     return F.pad(logprobs, pad), None if entropy is None else F.pad(entropy, pad)
 
@@ -129,7 +141,7 @@ def batched_response_logprobs(model: torch.nn.Module, input_ids: Tensor, attenti
                               micro_batch_size: int, autocast=contextlib.nullcontext,
                               device: torch.device | None = None,
                               model_inputs: ModelInputs | None = None,
-                              remove_padding: bool = False,
+                              remove_padding: bool = False, fused_head: bool = False,
                               max_tokens: int | None = None) -> Tensor:
     """`response_logprobs` without gradient, `micro_batch_size` rows at a time
     (or, with `max_tokens`, as many rows as fit that many tokens:
@@ -147,7 +159,7 @@ def batched_response_logprobs(model: torch.nn.Module, input_ids: Tensor, attenti
                 logprobs, _ = response_logprobs(
                     model, input_ids[rows].to(device), attention_mask[rows].to(device),
                     position_ids[rows].to(device), response_length=response_length,
-                    temperature=temperature, remove_padding=remove_padding,
+                    temperature=temperature, remove_padding=remove_padding, fused_head=fused_head,
                     model_inputs=None if model_inputs is None else model_inputs.select(rows))
             chunks.append(logprobs.float().cpu())
     finally:

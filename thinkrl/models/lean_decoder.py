@@ -154,19 +154,32 @@ def fused_weights(spec: LeanSpec, dtype: torch.dtype | None = None) -> list[Fuse
     return out
 
 
-def _attend_one(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
-    """Attention of one new query per row, q [N, H, 1, D] over k, v [N, K, T, D],
-    mask [N, 1, 1, T]: softmax(q k^T / sqrt(D), masked) v. The H/K query heads
-    that share a key head go in one product (no repeated keys). On a CPU this
-    beats the SDPA kernel, which tiles for long queries (265 vs 306 us for
-    64 rows x 4 heads x 71 keys, one thread)."""
+def one_query_bias(mask: Tensor, spec: LeanSpec, dtype: torch.dtype) -> Tensor:
+    """The additive form of a decode step's mask [N, 1, 1, T] (True = attend):
+    0 or -inf, [N K, H/K, T] as `attend_one` adds it. Built once per step,
+    shared by every layer."""
+    n, _, _, t = mask.shape
+    bias = torch.zeros(n, 1, 1, t, dtype=dtype, device=mask.device)
+    bias.masked_fill_(~mask, float("-inf"))
+    group = spec.heads // spec.kv_heads
+    return bias.expand(n, spec.kv_heads, group, t).reshape(n * spec.kv_heads, group, t)
+
+
+def attend_one(q: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> Tensor:
+    """Attention of one new query per row, q [N, H, 1, D] over k, v [N, K, T, D]
+    (a cache's filled part), bias [N K, H/K, T] (`one_query_bias`):
+    softmax(q k^T / sqrt(D) + bias) v, [N, H, 1, D] in q's dtype, computed in
+    the cache's dtype. The H/K query heads that share a key head go in one
+    product (no repeated keys); scale and mask ride in that product
+    (baddbmm). On a CPU this beats the SDPA kernel, which tiles for long
+    queries (120 vs 306 us for 64 rows x 4 heads x 60 keys, one thread)."""
     n, h, _, d = q.shape
-    kv = k.shape[1]
-    qg = q.reshape(n, kv, h // kv, d)  # [N, K, H/K, D]
-    scores = torch.matmul(qg, k.transpose(-1, -2)) * d ** -0.5  # [N, K, H/K, T]
-    scores = scores.masked_fill(~mask, float("-inf"))
-    out = torch.matmul(torch.softmax(scores, dim=-1), v)  # [N, K, H/K, D]
-    return out.reshape(n, h, 1, d)
+    kv, t = k.shape[1], k.shape[2]
+    with torch.autocast(q.device.type, enabled=False):
+        qg = q.to(k.dtype).reshape(n * kv, h // kv, d)
+        scores = torch.baddbmm(bias, qg, k.reshape(n * kv, t, d).transpose(1, 2), alpha=d ** -0.5)
+        out = torch.bmm(torch.softmax(scores, dim=-1), v.reshape(n * kv, t, d))  # [N K, H/K, D]
+    return out.reshape(n, h, 1, d).to(q.dtype)
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
@@ -176,18 +189,16 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
 
     On a CPU it runs in float32 whatever the autocast dtype: PyTorch's CPU
     attention kernels are slower in bfloat16 than in float32 at these sizes
-    (one-query decode scores: 206 vs 57 us; a training forward + backward of
-    the small bench model: 240 vs 160 ms), and float32 is the more exact of
-    the two. Elsewhere it runs in the inputs' dtype."""
+    (a training forward + backward of the small bench model: 240 vs 160 ms;
+    decode-step scores: 206 vs 57 us, hence the float32 cache of
+    `StaticKVCache` on a CPU), and float32 is the more exact of the two.
+    Elsewhere it runs in the inputs' dtype."""
     dtype = q.dtype
     with torch.autocast(q.device.type, enabled=False):
         if q.device.type == "cpu":
             q, k, v = q.float(), k.float(), v.float()
-        if q.shape[2] == 1 and mask is not None:
-            out = _attend_one(q, k, v, mask)
-        else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
-                                                 enable_gqa=k.shape[1] != q.shape[1])
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
+                                             enable_gqa=k.shape[1] != q.shape[1])
     return out.to(dtype)
 
 
@@ -210,12 +221,15 @@ def decoder_logits(spec: LeanSpec, input_ids: Tensor, position_ids: Tensor, attn
         cos, sin = rotary_tables(spec, position_ids, h.dtype)
     else:  # the same values, looked up: [N, S, 1, D]
         cos, sin = rope[0][0, position_ids], rope[1][0, position_ids]
+    # A decode step (one new token per row over a cache): the mask as an additive bias, once.
+    bias = (one_query_bias(attn_mask, spec, cache.dtype)
+            if cache is not None and s == 1 and attn_mask is not None else None)
     for index, layer in enumerate(model.layers):
         fused = weights[index] if weights is not None else fused_weights_of(layer)
         q, k, v = project_qkv(spec, layer, fused, h, cos, sin)
         if cache is not None:
             k, v = cache.write(index, k, v)
-        out = attention(q, k, v, attn_mask)  # [N, H, S, D]
+        out = attention(q, k, v, attn_mask) if bias is None else attend_one(q, k, v, bias)
         h = finish_layer(layer, fused, h, out, spec.eps)
     return final_logits(spec, h[:, -keep:])
 
@@ -227,11 +241,13 @@ def project_qkv(spec: LeanSpec, layer: torch.nn.Module, fused: FusedWeights, h: 
     q_size, kv_size = spec.heads * spec.head_dim, spec.kv_heads * spec.head_dim
     x = _rms_norm(h, layer.input_layernorm, spec.eps)
     qkv = F.linear(x, fused.qkv, fused.qkv_bias)  # [N, S, (H + 2K) D]
-    q, k, v = qkv.split((q_size, kv_size, kv_size), dim=-1)
-    q = _rotate(q.view(n, s, spec.heads, spec.head_dim), cos, sin).transpose(1, 2)
-    k = _rotate(k.view(n, s, spec.kv_heads, spec.head_dim), cos, sin).transpose(1, 2)
+    qk, v = qkv.split((q_size + kv_size, kv_size), dim=-1)
+    # Queries and keys rotate by the same angles: one pass over both (half the small ops),
+    # in the tables' dtype (float32 under autocast: the cast once here, not inside each op).
+    qk = _rotate(qk.view(n, s, spec.heads + spec.kv_heads, spec.head_dim).to(cos.dtype), cos, sin)
+    q, k = qk.split((spec.heads, spec.kv_heads), dim=2)
     v = v.view(n, s, spec.kv_heads, spec.head_dim).transpose(1, 2)
-    return q, k, v
+    return q.transpose(1, 2), k.transpose(1, 2), v
 
 
 def finish_layer(layer: torch.nn.Module, fused: FusedWeights, h: Tensor, attended: Tensor,
@@ -248,8 +264,12 @@ def finish_layer(layer: torch.nn.Module, fused: FusedWeights, h: Tensor, attende
 
 def final_logits(spec: LeanSpec, h: Tensor) -> Tensor:
     """Final norm and output head: h [N, S, E] -> logits [N, S, V]."""
-    h = _rms_norm(h, spec.model.model.norm, spec.eps)
-    return F.linear(h, spec.model.lm_head.weight, spec.model.lm_head.bias)
+    return F.linear(final_hidden(spec, h), spec.model.lm_head.weight, spec.model.lm_head.bias)
+
+
+def final_hidden(spec: LeanSpec, h: Tensor) -> Tensor:
+    """The final norm alone: what the output head multiplies, [N, S, E]."""
+    return _rms_norm(h, spec.model.model.norm, spec.eps)
 
 
 def fused_weights_of(layer: torch.nn.Module) -> FusedWeights:

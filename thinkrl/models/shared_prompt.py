@@ -20,9 +20,10 @@ response columns, H/K heads, D head dim, E hidden, V vocabulary.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-from thinkrl.models.lean_decoder import (LeanSpec, attention, final_logits, finish_layer,
+from thinkrl.models.lean_decoder import (LeanSpec, attention, final_hidden, finish_layer,
                                          fused_weights_of, padding_attention_mask, project_qkv,
                                          rotary_tables)
 
@@ -57,6 +58,16 @@ def shared_prompt_logits(spec: LeanSpec, input_ids: Tensor, attention_mask: Tens
     positions P - 1 .. P + R - 2 of [N, P + R] rows, the prompt computed once
     per distinct prompt. The last response token is not run at all: it
     predicts nothing here and no earlier position attends to it."""
+    h = shared_prompt_hidden(spec, input_ids, attention_mask, position_ids,
+                             response_length=response_length)
+    return F.linear(h, spec.model.lm_head.weight, spec.model.lm_head.bias)
+
+
+def shared_prompt_hidden(spec: LeanSpec, input_ids: Tensor, attention_mask: Tensor,
+                         position_ids: Tensor, *, response_length: int) -> Tensor:
+    """What the output head multiplies to give `shared_prompt_logits`: the
+    final-normed hidden states [N, R, E] (`thinkrl.models.fused_head` applies
+    the head a chunk at a time)."""
     r = response_length
     p = input_ids.shape[1] - r
     m = r - 1  # response tokens that feed a prediction
@@ -84,4 +95,4 @@ def shared_prompt_logits(spec: LeanSpec, input_ids: Tensor, attention_mask: Tens
         h_p = finish_layer(layer, fused, h_p, out_p, spec.eps)
     # Response token 0 is predicted at the prompt's last position, token t at response column t-1.
     h = torch.cat((h_p[inverse, -1:], h_r), dim=1)  # [N, R, E]
-    return final_logits(spec, h)
+    return final_hidden(spec, h)

@@ -37,6 +37,13 @@ class StaticKVCache:
     def capacity(self) -> int:
         return self._shape[3]
 
+    @property
+    def dtype(self) -> torch.dtype:
+        """What attention over the cache computes in (known after the first write)."""
+        if self.keys is None:
+            raise AssertionError("the cache's dtype is set by its first write (the prefill)")
+        return self.keys.dtype
+
     def write(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store layer `layer`'s new keys/values [N, K, S, D] after the filled
         part; return that layer's keys/values so far [N, K, length + S, D]."""

@@ -76,9 +76,10 @@ class ActorWorker:
                  max_response_length: int, seed: int,
                  autocast: Callable[[], ContextManager] = contextlib.nullcontext,
                  device: torch.device | None = None, remove_padding: bool = False,
-                 log_prob_max_tokens: int | None = None) -> None:
+                 fused_head: bool = False, log_prob_max_tokens: int | None = None) -> None:
         self.model, self.cfg = model, cfg
         self.remove_padding = remove_padding  # model.use_remove_padding: the shared-prompt pass
+        self.fused_head = fused_head  # model.use_fused_kernels: the output head a chunk at a time
         # Token budgets per forward (verl's dynamic batch sizes); None: fixed row counts.
         self.log_prob_max_tokens = log_prob_max_tokens
         self.max_tokens = cfg.ppo_max_token_len_per_gpu if cfg.use_dynamic_bsz else None
@@ -108,7 +109,7 @@ class ActorWorker:
             response_length=response_length, temperature=self.temperature,
             micro_batch_size=self.log_prob_micro_batch_size, autocast=self.autocast,
             device=self.device, model_inputs=model_inputs, remove_padding=self.remove_padding,
-            max_tokens=self.log_prob_max_tokens)
+            fused_head=self.fused_head, max_tokens=self.log_prob_max_tokens)
 
     def weights(self) -> Iterable[tuple[str, Tensor]]:
         """The policy's (name, tensor) pairs for a rollout engine, one at a
@@ -214,7 +215,7 @@ class ActorWorker:
                 micro.position_ids.to(dev), response_length=micro.response_length,
                 temperature=self.temperature, with_entropy=True,
                 entropy_grad=cfg.entropy_coeff != 0, model_inputs=micro.model_inputs,
-                remove_padding=self.remove_padding)
+                remove_padding=self.remove_padding, fused_head=self.fused_head)
         # Exactly on-policy (one pass, one mini-batch): pi_old is this very
         # forward, so the ratio is 1 and only its gradient matters.
         old = logprob.detach() if micro.old_logprobs is None else micro.old_logprobs.to(dev)

@@ -106,7 +106,7 @@ class PolicyRank:
             log_prob_micro_batch_size=sizes.log_prob_micro_batch_size_per_device,
             temperature=rollout.temperature, max_response_length=sizes.response_length,
             seed=cfg.trainer.seed, autocast=self.autocast, device=self.device,
-            remove_padding=arr.model.use_remove_padding,
+            remove_padding=arr.model.use_remove_padding, fused_head=arr.model.use_fused_kernels,
             log_prob_max_tokens=(rollout.log_prob_max_token_len_per_gpu
                                  if rollout.log_prob_use_dynamic_bsz else None))
         self.reference = None
@@ -119,6 +119,7 @@ class PolicyRank:
                 ref_model, micro_batch_size=sizes.ref_log_prob_micro_batch_size_per_device,
                 temperature=rollout.temperature, autocast=self.autocast, device=self.device,
                 remove_padding=arr.model.use_remove_padding,
+                fused_head=arr.model.use_fused_kernels,
                 max_tokens=(arr.ref.log_prob_max_token_len_per_gpu
                             if arr.ref.log_prob_use_dynamic_bsz else None))
         # PPO with a critic (algorithm.adv_estimator=gae): the value model, else None.

@@ -19,9 +19,10 @@ class ReferenceWorker:
     def __init__(self, model: torch.nn.Module, *, micro_batch_size: int, temperature: float,
                  autocast: Callable[[], ContextManager] = contextlib.nullcontext,
                  device: torch.device | None = None, remove_padding: bool = False,
-                 max_tokens: int | None = None) -> None:
+                 fused_head: bool = False, max_tokens: int | None = None) -> None:
         self.model = model.eval().requires_grad_(False)
         self.remove_padding = remove_padding  # model.use_remove_padding
+        self.fused_head = fused_head  # model.use_fused_kernels
         self.max_tokens = max_tokens  # ref.log_prob_max_token_len_per_gpu when dynamic
         self.device = device
         self.micro_batch_size = micro_batch_size
@@ -37,4 +38,4 @@ class ReferenceWorker:
             response_length=response_length, temperature=self.temperature,
             micro_batch_size=self.micro_batch_size, autocast=self.autocast,
             device=self.device, model_inputs=model_inputs, remove_padding=self.remove_padding,
-            max_tokens=self.max_tokens)
+            fused_head=self.fused_head, max_tokens=self.max_tokens)
