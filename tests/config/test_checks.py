@@ -186,8 +186,10 @@ def test_inactive_settings_only_for_changed_values() -> None:
 
 
 def test_fused_kernels_is_live_only_with_the_shared_prompt_pass() -> None:
-    alone = inactive_settings(load_config(None, [*SMALL, f"{ARR}.model.use_fused_kernels=True"]))
+    one = [*SMALL, "trainer.n_gpus_per_node=1"]  # one device: the local backend, whole weights
+    alone = inactive_settings(load_config(None, [*one, f"{ARR}.model.use_fused_kernels=True"]))
     assert len(alone) == 1 and "use_remove_padding=True" in alone[0]
-    both = load_config(None, [*SMALL, f"{ARR}.model.use_fused_kernels=True",
-                              f"{ARR}.model.use_remove_padding=True"])
-    assert inactive_settings(both) == []
+    both = [f"{ARR}.model.use_fused_kernels=True", f"{ARR}.model.use_remove_padding=True"]
+    assert inactive_settings(load_config(None, [*one, *both])) == []
+    sharded = inactive_settings(load_config(None, [*SMALL, *both]))  # 2 devices: FSDP2 shards
+    assert len(sharded) == 2 and all("FSDP2 shards take the padded forward" in n for n in sharded)

@@ -5,8 +5,8 @@ from types import SimpleNamespace
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from thinkrl.models.lean_decoder import (attend_one, attention, decoder_logits, lean_spec,
-                                         one_query_bias, padding_attention_mask)
+from thinkrl.models.lean_decoder import (attend_one, attention, attention_dtype, decoder_logits,
+                                         lean_spec, one_query_bias, padding_attention_mask)
 
 
 def _qwen2():
@@ -103,3 +103,15 @@ def test_cpu_attention_runs_in_float32_under_bfloat16_autocast():
     assert torch.allclose(one.float(), want[:, :, :1].float(), atol=1e-2)
     in_bf16 = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
     assert not torch.equal(in_bf16, want)  # so the test can tell the two kernels apart
+
+
+def test_attention_dtype_by_device_and_autocast():
+    bf16, f32 = torch.bfloat16, torch.float32
+    assert attention_dtype("cpu", bf16, bf16) == f32  # CPU: float32 always
+    assert attention_dtype("cpu", f32, None) == f32
+    # Accelerators under autocast: q/k leave the rotation in float32 (float32 tables),
+    # v in the autocast dtype; all three meet in the autocast dtype, as SDPA under
+    # autocast did.
+    assert attention_dtype("cuda", f32, bf16) == bf16
+    assert attention_dtype("cuda", bf16, None) == bf16  # bfloat16 weights, no autocast
+    assert attention_dtype("npu", f32, None) == f32

@@ -95,7 +95,10 @@ def test_one_token_responses():
     torch.testing.assert_close(cut, full, rtol=1e-6, atol=2e-6)
 
 
-def test_fused_head_equals_the_shared_prompt_pass_with_whole_logits():
+def test_fused_head_equals_the_shared_prompt_pass_with_whole_logits(monkeypatch):
+    from thinkrl.models import fused_head
+
+    monkeypatch.setattr(fused_head, "CHUNK_LOGITS", 5 * V)  # chunks of 5 tokens, not all at once
     model = _model()
     ids, mask, pos, real = _grouped_batch()
     out = {}

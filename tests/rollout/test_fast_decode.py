@@ -18,13 +18,14 @@ from thinkrl.rollout.native import NativeEngine
 from tests.rollout.test_native import MANY_EOS, PAD, model, prompt_batch  # noqa: F401  (fixture)
 
 
-def both(model, params: SamplingParams, *, eos=MANY_EOS, seed=2):
+def both(model, params: SamplingParams, *, eos=MANY_EOS, seed=2, prompts=None):
     """The fast and the padded engine's rollouts of the same prompts, same seed."""
     out = []
     for fast in (True, False):
         engine = NativeEngine(model, eos_token_ids=eos, pad_token_id=PAD, seed=seed, fast=fast)
         assert (engine._lean is not None) == fast
-        out.append(engine.generate(prompt_batch(), params))
+        out.append(engine.generate(prompt_batch() if prompts is None else prompt_batch(prompts),
+                                   params))
     return out
 
 
@@ -42,6 +43,14 @@ def test_fast_loop_samples_what_the_padded_loop_samples(model, params):
     # float32 rounding of a different summation order only (observed <= 1e-6)
     assert torch.allclose(fast.rollout_logprobs, padded.rollout_logprobs, atol=1e-5, rtol=0)
     assert torch.equal(fast.prompt_ids, padded.prompt_ids)
+
+
+def test_one_token_prompts(model):
+    # The prefill is then one token per row too: it must not take the decode-step path.
+    fast, padded = both(model, SamplingParams(n=2, max_tokens=6, temperature=0.7),
+                        prompts=[[5], [7]])
+    assert torch.equal(fast.response_ids, padded.response_ids)
+    assert torch.allclose(fast.rollout_logprobs, padded.rollout_logprobs, atol=1e-5, rtol=0)
 
 
 def test_compaction_happened_and_kept_late_rows_exact(model):

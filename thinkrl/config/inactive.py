@@ -65,6 +65,9 @@ def inactive_settings(cfg: Config) -> list[str]:
     if not arr.model.use_remove_padding:
         note((f"{_ARR}.model.use_fused_kernels",), f"it is used only with {_ARR}.model.use_remove_padding=True "
              "(the shared-prompt pass)")
+    elif execution_backend(cfg) == "ray" and cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes > 1:
+        note((f"{_ARR}.model.use_remove_padding", f"{_ARR}.model.use_fused_kernels"),
+             "FSDP2 shards take the padded forward (the shared-prompt pass reads whole weights)")
     note(tuple(key for key, used in (
         (f"{_ARR}.actor.ppo_max_token_len_per_gpu", arr.actor.use_dynamic_bsz),
         (f"{rollout}.log_prob_max_token_len_per_gpu", arr.rollout.log_prob_use_dynamic_bsz),

@@ -15,12 +15,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from thinkrl.models.fused_head import head_logprobs
 from thinkrl.models.lean_decoder import LeanSpec, lean_spec
 from thinkrl.models.logprobs import entropy_from_logits, logprobs_from_logits
+from thinkrl.models.shared_prompt import shared_prompt_hidden, shared_prompt_logits
 from thinkrl.models.vision import image_kwargs, to_model_positions
 from thinkrl.records import ModelInputs
-from thinkrl.models.fused_head import head_logprobs
-from thinkrl.models.shared_prompt import shared_prompt_hidden, shared_prompt_logits
 
 
 def last_logits(model: torch.nn.Module, keep: int, **inputs) -> tuple[Tensor, object]:

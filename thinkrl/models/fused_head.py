@@ -4,13 +4,16 @@ head applied a chunk of tokens at a time (`model.use_fused_kernels`, verl's key)
 Why: the update's logits are [T, V] for T response tokens. At Qwen2.5's
 V = 151,936 and 64 responses of 512 tokens that is 19.9 GB in float32 before
 log_softmax, the entropy and their backward add copies of the same size.
-Here only one chunk's logits exist at a time, in the forward and again in
-the backward (recomputed from the saved hidden states: one more head
-product per token, the price of the memory).
+Here only one chunk's logits (and, in the backward, a few chunk-sized
+temporaries: probabilities, their gradient) exist at a time; the backward
+recomputes them from the saved hidden states (one more head product per
+token, the price of the memory).
 
 Same math as `final_logits` + `logprobs_from_logits` / `entropy_from_logits`
-(float32 log-softmax over head logits in the compute dtype), up to float
-rounding. With z = (h W^T + b) / temperature, p = softmax(z), lse = logsumexp(z):
+(float32 log-softmax over head logits in the compute dtype), up to float32
+rounding; under bfloat16 autocast with a temperature != 1 the division
+happens here in float32, after the bfloat16 product (the whole-logits path
+divides the bfloat16 logits, one more bfloat16 rounding). With z = (h W^T + b) / temperature, p = softmax(z), lse = logsumexp(z):
 
     logprob_t = z_{t, y_t} - lse_t
     H_t       = lse_t - sum_v p_{t, v} z_{t, v}
@@ -25,9 +28,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-# Tokens per chunk = this many logits / V: 2^26 float32 logits (256 MiB) per
-# buffer, the whole batch at once for small vocabularies.
-CHUNK_LOGITS = 1 << 26
+# Tokens per chunk = this many logits / V: 2^24 float32 logits (64 MiB) per
+# buffer (110 tokens at V = 151,936: still a large product), the whole batch
+# at once for small vocabularies.
+CHUNK_LOGITS = 1 << 24
 
 
 def chunk_tokens(vocab: int) -> int:
@@ -58,12 +62,15 @@ def head_logprobs(hidden: Tensor, weight: Tensor, bias: Tensor | None, labels: T
     return logprobs.view(shape), None if not with_entropy else entropy.view(shape)
 
 
-def _logits(hidden: Tensor, weight: Tensor, bias: Tensor | None, inv_temp: float,
-            dtype: torch.dtype) -> Tensor:
-    """float32 z [C, V] of one chunk, the product in `dtype`."""
-    z = torch.nn.functional.linear(hidden.to(dtype), weight.to(dtype),
-                                   None if bias is None else bias.to(dtype)).float()
+def _logits(hidden: Tensor, weight: Tensor, bias: Tensor | None, inv_temp: float) -> Tensor:
+    """float32 z [C, V] of one chunk, the product in the dtype of `weight`
+    (cast once per pass by the caller: at V = 152k it is a large copy)."""
+    z = torch.nn.functional.linear(hidden.to(weight.dtype), weight, bias).float()
     return z * inv_temp if inv_temp != 1.0 else z
+
+
+def _cast(weight: Tensor, bias: Tensor | None, dtype: torch.dtype) -> tuple[Tensor, Tensor | None]:
+    return weight.to(dtype), None if bias is None else bias.to(dtype)
 
 
 class _ChunkedHead(torch.autograd.Function):
@@ -78,9 +85,10 @@ class _ChunkedHead(torch.autograd.Function):
         logprobs = torch.empty(t, dtype=torch.float32, device=hidden.device)
         lse_all = torch.empty_like(logprobs)
         entropy = torch.empty_like(logprobs) if with_entropy else logprobs.new_empty(0)
+        w, b = _cast(weight, bias, dtype)
         for start in range(0, t, chunk):
             rows = slice(start, start + chunk)
-            z = _logits(hidden[rows], weight, bias, inv_temp, dtype)
+            z = _logits(hidden[rows], w, b, inv_temp)
             lse = torch.logsumexp(z, -1)
             lse_all[rows] = lse
             logprobs[rows] = z.gather(-1, labels[rows, None])[:, 0] - lse
@@ -98,13 +106,15 @@ class _ChunkedHead(torch.autograd.Function):
         hidden, weight, bias, labels, lse_all, entropy = ctx.saved_tensors
         inv_temp, dtype = ctx.inv_temp, ctx.dtype
         grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
-        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
-        grad_bias = None if bias is None else torch.zeros(bias.shape, dtype=torch.float32,
-                                                          device=bias.device)
+        grad_weight = (torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+                       if ctx.needs_input_grad[1] else None)
+        grad_bias = (torch.zeros(bias.shape, dtype=torch.float32, device=bias.device)
+                     if bias is not None and ctx.needs_input_grad[2] else None)
+        w, b = _cast(weight, bias, dtype)
         for start in range(0, hidden.shape[0], ctx.chunk):
             rows = slice(start, start + ctx.chunk)
-            z = _logits(hidden[rows], weight, bias, inv_temp, dtype)
-            log_p = z - lse_all[rows, None]
+            h = hidden[rows].to(dtype)
+            log_p = _logits(h, w, b, inv_temp).sub_(lse_all[rows, None])  # in place: z - lse
             p = torch.exp(log_p)
             g_lp = grad_logprobs[rows]
             grad_z = p * -g_lp[:, None]  # d logprob / d z = onehot(y) - p
@@ -113,13 +123,13 @@ class _ChunkedHead(torch.autograd.Function):
                 grad_z -= p * (log_p + entropy[rows, None]) * grad_entropy[rows, None]
             if inv_temp != 1.0:
                 grad_z *= inv_temp
+            if grad_bias is not None:
+                grad_bias += grad_z.sum(0)
             grad_z = grad_z.to(dtype)
             if grad_hidden is not None:
-                grad_hidden[rows] = (grad_z @ weight.to(dtype)).to(hidden.dtype)
-            grad_weight += (grad_z.t() @ hidden[rows].to(dtype)).float()
-            if grad_bias is not None:
-                grad_bias += grad_z.float().sum(0)
-        grad_weight = grad_weight.to(weight.dtype) if ctx.needs_input_grad[1] else None
-        if grad_bias is not None:
-            grad_bias = grad_bias.to(bias.dtype) if ctx.needs_input_grad[2] else None
+                grad_hidden[rows] = (grad_z @ w).to(hidden.dtype)
+            if grad_weight is not None:
+                grad_weight += (grad_z.t() @ h).float()
+        grad_weight = None if grad_weight is None else grad_weight.to(weight.dtype)
+        grad_bias = None if grad_bias is None else grad_bias.to(bias.dtype)
         return grad_hidden, grad_weight, grad_bias, None, None, None, None, None, None

@@ -15,7 +15,7 @@ Only the plain architecture is covered (`lean_spec` says None otherwise:
 sliding windows, scaled RoPE, qk-norm, other activations, remote code);
 callers then take Hugging Face's forward. Results equal Hugging Face's up
 to float32 rounding (different summation order inside fused products:
-observed <= 2e-6 relative on logits, see tests/unit/test_lean_decoder.py).
+observed <= 2e-6 relative on logits, see tests/models/test_lean_decoder.py).
 
 Shapes: N rows, S tokens per row, H heads (K of them key/value heads), D
 head dim, E hidden size, V vocabulary.
@@ -192,14 +192,25 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
     (a training forward + backward of the small bench model: 240 vs 160 ms;
     decode-step scores: 206 vs 57 us, hence the float32 cache of
     `StaticKVCache` on a CPU), and float32 is the more exact of the two.
-    Elsewhere it runs in the inputs' dtype."""
-    dtype = q.dtype
-    with torch.autocast(q.device.type, enabled=False):
-        if q.device.type == "cpu":
-            q, k, v = q.float(), k.float(), v.float()
+    Elsewhere it runs in `attention_dtype`'s choice."""
+    dtype, device = q.dtype, q.device.type
+    compute = attention_dtype(device, q.dtype, torch.get_autocast_dtype(device)
+                              if torch.is_autocast_enabled(device) else None)
+    with torch.autocast(device, enabled=False):
+        q, k, v = q.to(compute), k.to(compute), v.to(compute)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
                                              enable_gqa=k.shape[1] != q.shape[1])
     return out.to(dtype)
+
+
+def attention_dtype(device_type: str, q_dtype: torch.dtype,
+                    autocast_dtype: torch.dtype | None) -> torch.dtype:
+    """What `attention` computes in: float32 on a CPU; elsewhere the autocast
+    dtype when autocast is on (q/k come out of the rotation in float32,
+    v in the autocast dtype), else the queries' dtype."""
+    if device_type == "cpu":
+        return torch.float32
+    return autocast_dtype or q_dtype
 
 
 def decoder_logits(spec: LeanSpec, input_ids: Tensor, position_ids: Tensor, attn_mask: Tensor | None,
@@ -222,8 +233,10 @@ def decoder_logits(spec: LeanSpec, input_ids: Tensor, position_ids: Tensor, attn
     else:  # the same values, looked up: [N, S, 1, D]
         cos, sin = rope[0][0, position_ids], rope[1][0, position_ids]
     # A decode step (one new token per row over a cache): the mask as an additive bias, once.
+    # (Not the prefill of one-token prompts: the cache is empty then.)
     bias = (one_query_bias(attn_mask, spec, cache.dtype)
-            if cache is not None and s == 1 and attn_mask is not None else None)
+            if cache is not None and cache.length > 0 and s == 1 and attn_mask is not None
+            else None)
     for index, layer in enumerate(model.layers):
         fused = weights[index] if weights is not None else fused_weights_of(layer)
         q, k, v = project_qkv(spec, layer, fused, h, cos, sin)
@@ -242,9 +255,8 @@ def project_qkv(spec: LeanSpec, layer: torch.nn.Module, fused: FusedWeights, h: 
     x = _rms_norm(h, layer.input_layernorm, spec.eps)
     qkv = F.linear(x, fused.qkv, fused.qkv_bias)  # [N, S, (H + 2K) D]
     qk, v = qkv.split((q_size + kv_size, kv_size), dim=-1)
-    # Queries and keys rotate by the same angles: one pass over both (half the small ops),
-    # in the tables' dtype (float32 under autocast: the cast once here, not inside each op).
-    qk = _rotate(qk.view(n, s, spec.heads + spec.kv_heads, spec.head_dim).to(cos.dtype), cos, sin)
+    # Queries and keys rotate by the same angles: one pass over both (half the small ops).
+    qk = _rotate(qk.view(n, s, spec.heads + spec.kv_heads, spec.head_dim), cos, sin)
     q, k = qk.split((spec.heads, spec.kv_heads), dim=2)
     v = v.view(n, s, spec.kv_heads, spec.head_dim).transpose(1, 2)
     return q.transpose(1, 2), k.transpose(1, 2), v

@@ -24,11 +24,12 @@ class StaticKVCache:
                  device: torch.device) -> None:
         self._shape = (layers, rows, kv_heads, capacity, head_dim)
         self._device = device
-        # Allocated at the first write, in the dtype the keys come in (the
-        # autocast dtype under mixed precision, not the weights' float32),
-        # except on a CPU, where it is float32: one-query attention over a
-        # bfloat16 cache runs 3x slower there than over a float32 one (206 vs
-        # 57 us for scores of 64 rows x 4 heads x 60 keys, one thread).
+        # Allocated at the first write, in the dtype the values come in (the
+        # autocast dtype under mixed precision, not the weights' float32; keys
+        # come out of the rotation in float32 and are stored in it too), except
+        # on a CPU, where it is float32: one-query attention over a bfloat16
+        # cache runs 3x slower there than over a float32 one (206 vs 57 us for
+        # scores of 64 rows x 4 heads x 60 keys, one thread).
         self.keys = self.values = None
         self.length = 0  # positions filled in every row
         self._pending = 0  # tokens written by the current forward, committed by `advance`
@@ -49,7 +50,7 @@ class StaticKVCache:
         part; return that layer's keys/values so far [N, K, length + S, D]."""
         end = self.length + k.shape[2]
         if self.keys is None:
-            dtype = torch.float32 if self._device.type == "cpu" else k.dtype
+            dtype = torch.float32 if self._device.type == "cpu" else v.dtype
             self.keys = torch.empty(self._shape, dtype=dtype, device=self._device)
             self.values = torch.empty(self._shape, dtype=dtype, device=self._device)
         if end > self.capacity:
