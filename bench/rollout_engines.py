@@ -1,4 +1,5 @@
-"""Tokens per second of the rollout engines, `native` and `vllm`, on the same weights.
+"""Tokens per second of the rollout engines, `native` and `vllm`, and of transformers'
+`generate` (`hf`), on the same weights.
 
 Workload: 8 prompts (32-48 random tokens) x 8 samples x exactly 64 response
 tokens (ignore_eos), temperature 1, as in bench/grpo_step.py. Models are
@@ -11,6 +12,10 @@ Run in the venv that has vLLM (`make test-vllm` builds .venv-vllm):
 
     .venv-vllm/bin/python bench/rollout_engines.py --sizes small medium --repeats 3
     .venv-vllm/bin/python bench/rollout_engines.py --device cuda --sizes medium   # on a GPU
+    .venv/bin/python bench/rollout_engines.py --engines native hf --dtype bfloat16
+
+`--dtype bfloat16` runs `native` and `hf` under bfloat16 autocast (vLLM in
+its own bfloat16).
 
 Each engine generates once to warm up (vLLM compiles and profiles then),
 then `--repeats` times; the median is reported. vLLM's start-up time is
@@ -20,6 +25,8 @@ printed apart. One JSON line per (size, engine).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import os
 import statistics
@@ -60,14 +67,35 @@ def prompt_batch(vocab: int):
     return PromptBatch(ids, mask, [Sample("bench", "", "", index=i) for i in range(PROMPTS)])
 
 
-def time_engine(engine, prompts, repeats: int) -> list[float]:
+class HfGenerate:
+    """transformers' `generate` with the same work: G samples per prompt,
+    exactly TOKENS new tokens, temperature 1, no top-k/top-p."""
+
+    def __init__(self, model, autocast) -> None:
+        self.model, self.autocast = model, autocast
+
+    @torch.no_grad()
+    def generate(self, prompts, params):
+        device = next(self.model.parameters()).device
+        with self.autocast():
+            out = self.model.generate(
+                input_ids=prompts.input_ids.to(device), attention_mask=prompts.attention_mask.to(device),
+                do_sample=True, temperature=1.0, top_k=0, top_p=1.0, num_return_sequences=params.n,
+                max_new_tokens=params.max_tokens, min_new_tokens=params.max_tokens, pad_token_id=0)
+        responses = out[:, prompts.input_ids.shape[1]:]
+        return type("Out", (), {"response_mask": torch.ones_like(responses)})()
+
+
+def time_engine(engine, prompts, repeats: int, autocast=contextlib.nullcontext) -> list[float]:
     from thinkrl.rollout.base import SamplingParams
     params = SamplingParams(n=SAMPLES, max_tokens=TOKENS, ignore_eos=True)
-    engine.generate(prompts, params)  # warm-up
+    with autocast():
+        engine.generate(prompts, params)  # warm-up
     seconds = []
     for _ in range(repeats):
         start = time.perf_counter()
-        out = engine.generate(prompts, params)
+        with autocast():
+            out = engine.generate(prompts, params)
         seconds.append(time.perf_counter() - start)
         assert out.response_mask.sum() == PROMPTS * SAMPLES * TOKENS
     return seconds
@@ -76,7 +104,9 @@ def time_engine(engine, prompts, repeats: int) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="+", default=["small", "medium"], choices=sorted(SIZES))
-    parser.add_argument("--engines", nargs="+", default=["native", "vllm"])
+    parser.add_argument("--engines", nargs="+", default=["native", "vllm"],
+                        choices=["native", "vllm", "hf"])
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
@@ -87,24 +117,30 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as folder:
             model = make_model(size, folder).to(args.device)
             prompts = prompt_batch(SIZES[size]["vocab_size"])
+            bf16 = args.dtype == "bfloat16"
+            autocast = functools.partial(torch.autocast, args.device, dtype=torch.bfloat16,
+                                         enabled=bf16)
             for name in args.engines:
                 start = time.perf_counter()
-                if name == "native":
+                if name == "hf":
+                    engine = HfGenerate(model, autocast)
+                elif name == "native":
                     engine = NativeEngine(model, eos_token_ids=[1], pad_token_id=0, seed=0,
                                           device=torch.device(args.device))
                 else:
                     from thinkrl.rollout.vllm_engine import VllmEngine
                     cfg = Config()
-                    cfg.actor_rollout_ref.rollout.dtype = "float32"
+                    cfg.actor_rollout_ref.rollout.dtype = args.dtype
                     cfg.actor_rollout_ref.rollout.load_format = "auto"
                     engine = VllmEngine.start(cfg, model_path=folder, max_model_len=256,
                                               eos_token_ids=[1], pad_token_id=0, seed=0,
                                               device_kind=args.device)
                 startup = time.perf_counter() - start
-                seconds = time_engine(engine, prompts, args.repeats)
+                seconds = time_engine(engine, prompts, args.repeats,
+                                      autocast if name == "native" else contextlib.nullcontext)
                 median = statistics.median(seconds)
                 print(json.dumps({
-                    "size": size, "engine": name, "device": args.device,
+                    "size": size, "engine": name, "device": args.device, "dtype": args.dtype,
                     "parameters": sum(p.numel() for p in model.parameters()),
                     "threads": torch.get_num_threads(), "startup_s": round(startup, 2),
                     "seconds": [round(s, 3) for s in seconds], "median_s": round(median, 3),
