@@ -70,7 +70,32 @@ def restore_schedule(scheduler: torch.optim.lr_scheduler.LambdaLR, state: dict, 
         group["lr"], group["initial_lr"] = lr * factor(step), lr
 
 
-class ActorWorker:
+class ResumableUpdate:
+    """What a trained role (the actor, the critic) keeps apart from weights
+    and optimizer (those go through its `save`): the LR schedule's position
+    and the generator that shuffles its mini-batches. The role provides
+    `scheduler`, `shuffle_generator` and `cfg.optim`."""
+
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    shuffle_generator: torch.Generator
+
+    def state_dict(self) -> dict:
+        """Tensors and plain values only."""
+        return {"scheduler": self.scheduler.state_dict(),
+                "shuffle_generator": self.shuffle_generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.load_schedule(state["scheduler"])
+        self.shuffle_generator.set_state(state["shuffle_generator"])
+
+    def load_schedule(self, scheduler_state: dict) -> None:
+        """The LR schedule's position, with its base rate from this run's
+        optim.lr: a resume with a changed lr continues the schedule at the new
+        rate (an exact continuation, with the same lr, changes nothing)."""
+        restore_schedule(self.scheduler, scheduler_state, lr=self.cfg.optim.lr)
+
+
+class ActorWorker(ResumableUpdate):
     def __init__(self, model: torch.nn.Module, cfg: ActorConfig, *, total_steps: int,
                  micro_batch_size: int, log_prob_micro_batch_size: int, temperature: float,
                  max_response_length: int, seed: int,
@@ -164,23 +189,6 @@ class ActorWorker:
         optimizer restores each group's lr as the schedule last set it;
         `load_state_dict` then restores the schedule itself."""
         load_actor_state(self.model, self.optimizer, folder)
-
-    def state_dict(self) -> dict:
-        """The actor's state apart from weights and optimizer (saved by
-        `save`): the LR schedule's position and the generator that shuffles
-        mini-batches. Tensors and plain values only."""
-        return {"scheduler": self.scheduler.state_dict(),
-                "shuffle_generator": self.shuffle_generator.get_state()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.load_schedule(state["scheduler"])
-        self.shuffle_generator.set_state(state["shuffle_generator"])
-
-    def load_schedule(self, scheduler_state: dict) -> None:
-        """The LR schedule's position, with its base rate from this run's
-        optim.lr: a resume with a changed lr continues the schedule at the new
-        rate (an exact continuation, with the same lr, changes nothing)."""
-        restore_schedule(self.scheduler, scheduler_state, lr=self.cfg.optim.lr)
 
     def _train_mini_batch(self, mini: TrainBatch, scale: LossScale) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)

@@ -29,11 +29,11 @@ from thinkrl.models.value import response_values
 from thinkrl.parallel.distributed import sum_over_ranks
 from thinkrl.parallel.fsdp import full_tensor, is_sharded
 from thinkrl.records import CriticBatch
-from thinkrl.workers.actor import make_adamw, make_lr_schedule, restore_schedule
+from thinkrl.workers.actor import ResumableUpdate, make_adamw, make_lr_schedule
 from thinkrl.workers.mini_batches import MiniBatch, plan_mini_batches
 
 
-class CriticWorker:
+class CriticWorker(ResumableUpdate):
     def __init__(self, model: torch.nn.Module, cfg: CriticConfig, sizes: CriticSizes, *,
                  total_steps: int, response_length: int, seed: int,
                  autocast: Callable[[], ContextManager] = contextlib.nullcontext,
@@ -144,20 +144,6 @@ class CriticWorker:
                              "algorithm.adv_estimator=gae); resume a PPO run from its own checkpoints, or "
                              "start afresh with trainer.resume_mode=disable")
         load_actor_state(self.model, self.optimizer, folder, CRITIC_FILES)
-
-    def state_dict(self) -> dict:
-        """The LR schedule's position and the mini-batch shuffle generator (the
-        weights and optimizer go through `save`). Tensors and plain values only."""
-        return {"scheduler": self.scheduler.state_dict(),
-                "shuffle_generator": self.shuffle_generator.get_state()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.load_schedule(state["scheduler"])
-        self.shuffle_generator.set_state(state["shuffle_generator"])
-
-    def load_schedule(self, scheduler_state: dict) -> None:
-        """As `ActorWorker.load_schedule`: the schedule's base rate from this run's critic.optim.lr."""
-        restore_schedule(self.scheduler, scheduler_state, lr=self.cfg.optim.lr)
 
 
 def build_critic(spec, *, device: torch.device, autocast: Callable[[], ContextManager],

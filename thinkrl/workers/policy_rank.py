@@ -225,12 +225,6 @@ class PolicyRank:
     def load_critic(self, folder: str) -> None:
         self.critic.load(Path(folder))
 
-    def critic_schedule_state(self) -> dict:
-        return {"scheduler": self.critic.scheduler.state_dict()}
-
-    def load_critic_schedule_state(self, state: dict) -> None:
-        self.critic.load_schedule(state["scheduler"])
-
     # Checkpoints: every rank writes its shards; any layout loads (ActorWorker.save/load).
     def save_actor(self, folder: str) -> None:
         self.actor.save(Path(folder))
@@ -238,11 +232,12 @@ class PolicyRank:
     def load_actor(self, folder: str) -> None:
         self.actor.load(Path(folder))
 
-    def schedule_state(self) -> dict:
-        return {"scheduler": self.actor.scheduler.state_dict()}
+    def schedule_state(self, role: str) -> dict:
+        """The LR schedule of `role` ("actor" or "critic"); every rank holds the same."""
+        return {"scheduler": getattr(self, role).scheduler.state_dict()}
 
-    def load_schedule_state(self, state: dict) -> None:
-        self.actor.load_schedule(state["scheduler"])
+    def load_schedule_state(self, role: str, state: dict) -> None:
+        getattr(self, role).load_schedule(state["scheduler"])
 
     def generator_state(self) -> torch.Tensor:
         return self.engine.generator_state()

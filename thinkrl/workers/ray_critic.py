@@ -10,7 +10,8 @@ import torch
 
 from thinkrl.records import CriticBatch
 from thinkrl.workers.mini_batches import plan_mini_batches, split_mini_batch
-from thinkrl.workers.ray_group import RayWorkerGroup, _LogProbs, row_shares
+from thinkrl.workers.ray_group import (RayWorkerGroup, _LogProbs, load_update_state, row_shares,
+                                      update_state)
 
 
 class CriticHandle:
@@ -40,10 +41,7 @@ class CriticHandle:
         self.group.call_all("load_checkpoint", "load_critic", [(str(folder),)] * self.group.world_size)
 
     def state_dict(self) -> dict:
-        schedule = self.group.call_all("save_checkpoint", "critic_schedule_state")[0]
-        return {**schedule, "shuffle_generator": self.shuffle_generator.get_state()}
+        return update_state(self.group, "critic", self.shuffle_generator)
 
     def load_state_dict(self, state: dict) -> None:
-        self.group.call_all("load_checkpoint", "load_critic_schedule_state",
-                            [({"scheduler": state["scheduler"]},)] * self.group.world_size)
-        self.shuffle_generator.set_state(state["shuffle_generator"])
+        load_update_state(self.group, "critic", self.shuffle_generator, state)

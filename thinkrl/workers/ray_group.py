@@ -308,6 +308,20 @@ class _LogProbs:
         return _gather_rows(parts, shares)
 
 
+def update_state(group: RayWorkerGroup, role: str, shuffle_generator: torch.Generator) -> dict:
+    """A trained role's `ResumableUpdate.state_dict` across the group: the
+    ranks' LR schedule (rank 0's; all are equal) and the driver's shuffle generator."""
+    schedule = group.call_all("save_checkpoint", "schedule_state", [(role,)] * group.world_size)[0]
+    return {**schedule, "shuffle_generator": shuffle_generator.get_state()}
+
+
+def load_update_state(group: RayWorkerGroup, role: str, shuffle_generator: torch.Generator,
+                      state: dict) -> None:
+    group.call_all("load_checkpoint", "load_schedule_state",
+                   [(role, {"scheduler": state["scheduler"]})] * group.world_size)
+    shuffle_generator.set_state(state["shuffle_generator"])
+
+
 class ActorHandle:
     """The actor's methods, fanned out. Driver-side state: the mini-batch
     shuffle generator (the plan is made here, with global normalisers)."""
@@ -367,13 +381,10 @@ class ActorHandle:
         self.group.call_all("load_checkpoint", "load_actor", [(str(folder),)] * self.group.world_size)
 
     def state_dict(self) -> dict:
-        schedule = self.group.call_all("save_checkpoint", "schedule_state")[0]
-        return {**schedule, "shuffle_generator": self.shuffle_generator.get_state()}
+        return update_state(self.group, "actor", self.shuffle_generator)
 
     def load_state_dict(self, state: dict) -> None:
-        self.group.call_all("load_checkpoint", "load_schedule_state",
-                            [({"scheduler": state["scheduler"]},)] * self.group.world_size)
-        self.shuffle_generator.set_state(state["shuffle_generator"])
+        load_update_state(self.group, "actor", self.shuffle_generator, state)
 
     def full_weights(self) -> dict[str, torch.Tensor]:
         """The whole model's weights on the CPU (gathered on rank 0)."""
