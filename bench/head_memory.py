@@ -38,8 +38,8 @@ def one_case(rows: int, tokens: int, dtype: str, fused: bool) -> dict:
     """Run one forward + backward in this process and measure it."""
     import torch
 
-    from thinkrl.models.forward import _logprobs_and_entropy
     from thinkrl.models.fused_head import head_logprobs
+    from thinkrl.models.logprobs import entropy_from_logits, logprobs_from_logits
 
     torch.manual_seed(0)
     hidden = torch.randn(rows, tokens, HIDDEN, requires_grad=True)
@@ -51,9 +51,10 @@ def one_case(rows: int, tokens: int, dtype: str, fused: bool) -> dict:
         if fused:
             logprobs, entropy = head_logprobs(hidden, weight, None, labels, with_entropy=True)
         else:
-            logits = torch.nn.functional.linear(hidden, weight)
-            logprobs, entropy = _logprobs_and_entropy(logits, labels, temperature=1.0,
-                                                      with_entropy=True, entropy_grad=False)
+            logits = torch.nn.functional.linear(hidden, weight)  # what the model's head does
+            logprobs = logprobs_from_logits(logits, labels)
+            with torch.no_grad():
+                entropy = entropy_from_logits(logits)
     (logprobs.sum() + 0 * entropy.sum()).backward()
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux

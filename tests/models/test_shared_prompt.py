@@ -49,25 +49,32 @@ def _grouped_batch():
     return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0), response_mask.bool()
 
 
+def _logprobs_entropies_grads(model, batch, **forward):
+    """Log-probs, entropies and parameter gradients of (logp - 0.1 H) over the real tokens."""
+    ids, mask, pos, real = batch
+    model.zero_grad()
+    logp, ent = response_logprobs(model, ids, mask, pos, response_length=R, temperature=0.8,
+                                  with_entropy=True, entropy_grad=True, **forward)
+    ((logp - 0.1 * ent) * real).sum().backward()
+    return logp.detach(), ent.detach(), [p.grad.clone() for p in model.parameters()]
+
+
+def _assert_grads_close(got, want):
+    # float32 sums in another order; relative to each gradient's norm (observed <= 1e-6).
+    for a, b in zip(got, want):
+        assert (a - b).norm() <= 1e-5 * b.norm(), ((a - b).norm() / b.norm()).item()
+
+
 def test_logprobs_entropies_and_gradients_equal_the_padded_forward():
-    model = _model()
-    ids, mask, pos, real = _grouped_batch()
-    out = {}
-    for remove_padding in (False, True):
-        model.zero_grad()
-        logp, ent = response_logprobs(model, ids, mask, pos, response_length=R, temperature=0.8,
-                                      with_entropy=True, entropy_grad=True,
-                                      remove_padding=remove_padding)
-        ((logp - 0.1 * ent) * real).sum().backward()
-        out[remove_padding] = logp.detach(), ent.detach(), [p.grad.clone() for p in model.parameters()]
-    (lp0, e0, g0), (lp1, e1, g1) = out[False], out[True]
+    model, batch = _model(), _grouped_batch()
+    real = batch[3]
+    lp0, e0, g0 = _logprobs_entropies_grads(model, batch)
+    lp1, e1, g1 = _logprobs_entropies_grads(model, batch, remove_padding=True)
     assert lp1.shape == (2 * G, R)
     torch.testing.assert_close(lp1[real], lp0[real], rtol=1e-6, atol=2e-6)
     torch.testing.assert_close(e1[real], e0[real], rtol=1e-6, atol=2e-6)
     # The gradient through each shared prompt is the sum over its G responses, as padded.
-    # float32 sums in another order; relative to each gradient's norm (observed <= 1e-6).
-    for a, b in zip(g1, g0):
-        assert (a - b).norm() <= 1e-5 * b.norm(), ((a - b).norm() / b.norm()).item()
+    _assert_grads_close(g1, g0)
 
 
 def test_trailing_padding_columns_are_cut_and_zero():
@@ -99,18 +106,9 @@ def test_fused_head_equals_the_shared_prompt_pass_with_whole_logits(monkeypatch)
     from thinkrl.models import fused_head
 
     monkeypatch.setattr(fused_head, "CHUNK_LOGITS", 5 * V)  # chunks of 5 tokens, not all at once
-    model = _model()
-    ids, mask, pos, real = _grouped_batch()
-    out = {}
-    for fused in (False, True):
-        model.zero_grad()
-        logp, ent = response_logprobs(model, ids, mask, pos, response_length=R, temperature=0.8,
-                                      with_entropy=True, entropy_grad=True, remove_padding=True,
-                                      fused_head=fused)
-        ((logp - 0.1 * ent) * real).sum().backward()
-        out[fused] = logp.detach(), ent.detach(), [p.grad.clone() for p in model.parameters()]
-    (lp0, e0, g0), (lp1, e1, g1) = out[False], out[True]
+    model, batch = _model(), _grouped_batch()
+    lp0, e0, g0 = _logprobs_entropies_grads(model, batch, remove_padding=True)
+    lp1, e1, g1 = _logprobs_entropies_grads(model, batch, remove_padding=True, fused_head=True)
     torch.testing.assert_close(lp1, lp0, rtol=1e-6, atol=2e-6)
     torch.testing.assert_close(e1, e0, rtol=1e-6, atol=2e-6)
-    for a, b in zip(g1, g0):
-        assert (a - b).norm() <= 1e-5 * b.norm(), ((a - b).norm() / b.norm()).item()
+    _assert_grads_close(g1, g0)

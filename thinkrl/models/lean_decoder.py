@@ -276,12 +276,17 @@ def finish_layer(layer: torch.nn.Module, fused: FusedWeights, h: Tensor, attende
 
 def final_logits(spec: LeanSpec, h: Tensor) -> Tensor:
     """Final norm and output head: h [N, S, E] -> logits [N, S, V]."""
-    return F.linear(final_hidden(spec, h), spec.model.lm_head.weight, spec.model.lm_head.bias)
+    return head_logits(spec, final_hidden(spec, h))
 
 
 def final_hidden(spec: LeanSpec, h: Tensor) -> Tensor:
     """The final norm alone: what the output head multiplies, [N, S, E]."""
     return _rms_norm(h, spec.model.model.norm, spec.eps)
+
+
+def head_logits(spec: LeanSpec, h: Tensor) -> Tensor:
+    """The output head alone: final-normed h [N, S, E] -> logits [N, S, V]."""
+    return F.linear(h, spec.model.lm_head.weight, spec.model.lm_head.bias)
 
 
 def fused_weights_of(layer: torch.nn.Module) -> FusedWeights:

@@ -20,12 +20,11 @@ response columns, H/K heads, D head dim, E hidden, V vocabulary.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from thinkrl.models.lean_decoder import (LeanSpec, attention, final_hidden, finish_layer,
-                                         fused_weights_of, padding_attention_mask, project_qkv,
-                                         rotary_tables)
+                                         fused_weights_of, head_logits, padding_attention_mask,
+                                         project_qkv, rotary_tables)
 
 
 def distinct_prompts(prompt_ids: Tensor, prompt_mask: Tensor) -> tuple[Tensor, Tensor]:
@@ -58,9 +57,8 @@ def shared_prompt_logits(spec: LeanSpec, input_ids: Tensor, attention_mask: Tens
     positions P - 1 .. P + R - 2 of [N, P + R] rows, the prompt computed once
     per distinct prompt. The last response token is not run at all: it
     predicts nothing here and no earlier position attends to it."""
-    h = shared_prompt_hidden(spec, input_ids, attention_mask, position_ids,
-                             response_length=response_length)
-    return F.linear(h, spec.model.lm_head.weight, spec.model.lm_head.bias)
+    return head_logits(spec, shared_prompt_hidden(spec, input_ids, attention_mask, position_ids,
+                                                  response_length=response_length))
 
 
 def shared_prompt_hidden(spec: LeanSpec, input_ids: Tensor, attention_mask: Tensor,
