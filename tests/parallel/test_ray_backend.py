@@ -9,6 +9,7 @@ size, so 1e-5 at lr 1e-3 would still show a wrong sign or a missing term).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -97,6 +98,83 @@ def test_two_ranks_update_equals_one_process(asset_cache, tiny_model_dir, tmp_pa
     finally:
         local.close()
         sharded.close()
+
+
+def test_ranks_whose_responses_end_at_different_steps_train_and_validate(
+        asset_cache, tiny_model_dir, tmp_path):
+    """The pretrained test model stops at EOS after 2 to 48 tokens, so one
+    rank's rollout ends while the other still decodes (the run used to hang
+    there, in an FSDP2 all-gather). Token budgets (use_dynamic_bsz) then give
+    the ranks different micro-batch counts; the update must still equal the
+    fixed cut on one process. Every wait has a 120 s deadline: a hang fails."""
+    from thinkrl.trainer import train_run
+    from thinkrl.workers.mini_batches import micro_batch_rows, plan_mini_batches
+    from thinkrl.workers.ray_group import row_shares
+
+    budget = ("actor_rollout_ref.actor.use_dynamic_bsz=True",
+              "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=160",
+              "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=True",
+              "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=160",
+              "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=True",
+              "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=160")
+    sizes = ("data.max_response_length=48", "data.train_batch_size=2",
+             "actor_rollout_ref.actor.ppo_mini_batch_size=2", "trainer.ray_wait_timeout_s=120")
+    local = build_run(_cfg(tiny_model_dir, tmp_path / "local", *sizes), log=lambda *_: None)
+    sharded = build_run(_cfg(tiny_model_dir, tmp_path / "ray", *sizes, *budget,
+                             "trainer.n_gpus_per_node=2", "trainer.test_freq=1",
+                             "trainer.val_before_train=True", "data.val_batch_size=16"),
+                        log=lambda *_: None)
+    try:
+        group = sharded.actor.group
+        widths, one = [], dataclasses.replace(sharded.sampling, n=1)
+        for _ in range(4):  # per rank: the tokens its engine decoded for one response
+            prompts = sharded.train_loader.next_batch()
+            parts = group.call_all("gen", "generate", [(prompts.select(share), one)
+                                                       for share in row_shares_of(prompts)])
+            widths.append([part.response_ids.shape[1] for part in parts])
+        assert any(a != b for a, b in widths), widths  # the ranks stopped at different steps
+
+        # Deliberately uneven lengths, the same on every machine: 3 responses
+        # of 48 tokens, 5 of 1 (sampled tokens, masks chosen here).
+        rollouts = local.engine.generate(local.train_loader.next_batch(),
+                                         dataclasses.replace(local.sampling, ignore_eos=True))
+        r = rollouts.response_ids.shape[1]
+        lengths = torch.tensor([r, 1, 1, r, 1, r, 1, 1])[:, None]
+        rollouts.response_mask = (torch.arange(r)[None, :] < lengths).long()
+        seqs = rollouts.sequences()
+        old = local.actor.compute_log_prob(*seqs, response_length=r)
+        torch.testing.assert_close(sharded.actor.compute_log_prob(*seqs, response_length=r), old,
+                                   rtol=0, atol=1e-5)
+        advantages = torch.randn(len(rollouts), 1, generator=torch.Generator().manual_seed(0))
+        batch = TrainBatch(*seqs, response_mask=rollouts.response_mask.float(),
+                           advantages=advantages.expand(-1, r) * rollouts.response_mask,
+                           old_logprobs=old, ref_logprobs=old)
+        [mini] = plan_mini_batches(batch, mini_batch_size=8, epochs=1, shuffle=False,
+                                   generator=None, response_length=48)
+        counts = [len(micro_batch_rows(mini.batch.attention_mask[rows].sum(-1), micro_batch_size=8,
+                                       max_tokens=160))
+                  for rows in row_shares(group, mini.batch.attention_mask)]
+        assert counts[0] != counts[1], counts  # one rank runs idle passes
+        m_local = local.actor.update_policy(batch, mini_batch_size=8)  # fixed cut, one process
+        m_ray = sharded.actor.update_policy(batch, mini_batch_size=8)
+        for key in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "actor/entropy"):
+            assert m_ray[key] == pytest.approx(m_local[key], rel=1e-5, abs=1e-7), key
+        after = sharded.actor.full_weights()
+        for name, tensor in local.actor.model.state_dict().items():
+            torch.testing.assert_close(after[name], tensor, rtol=0, atol=1e-5, msg=name)
+
+        result = train_run(sharded, log=lambda *_: None)  # 2 steps, validated before and after each
+        assert result.steps == 2
+        assert [r["step"] for r in _records(tmp_path / "ray")] == [0, 1, 2]
+    finally:
+        local.close()
+        sharded.close()
+
+
+def row_shares_of(prompts) -> list[torch.Tensor]:
+    """The engine handle's cut of a prompt batch: consecutive prompts per rank."""
+    from thinkrl.workers.mini_batches import contiguous_shares
+    return contiguous_shares(len(prompts), 2)
 
 
 def test_a_rank_s_setup_error_reaches_the_user_whole(asset_cache, tiny_model_dir, tmp_path):

@@ -146,16 +146,20 @@ def batched_response_logprobs(model: torch.nn.Module, input_ids: Tensor, attenti
     """`response_logprobs` without gradient, `micro_batch_size` rows at a time
     (or, with `max_tokens`, as many rows as fit that many tokens:
     `micro_batch_rows`). CPU tensors in, CPU [N, R] out."""
-    from thinkrl.workers.mini_batches import micro_batch_rows
+    from thinkrl.workers.mini_batches import agreed_micro_batches, micro_batch_rows
 
     device = device or next(model.parameters()).device  # offloaded shards: the compute device
     was_training = model.training
     model.eval()
-    chunks = []
+    chunks = [torch.zeros(0, response_length)]
     try:
-        for rows in micro_batch_rows(attention_mask.sum(-1), micro_batch_size=micro_batch_size,
-                                     max_tokens=max_tokens):
+        cuts = micro_batch_rows(attention_mask.sum(-1), micro_batch_size=micro_batch_size,
+                                max_tokens=max_tokens)
+        for rows in agreed_micro_batches(cuts, device=device):
             with autocast():
+                if rows is None:  # another rank has more micro-batches: join its collectives
+                    idle_pass(model, device=device)
+                    continue
                 logprobs, _ = response_logprobs(
                     model, input_ids[rows].to(device), attention_mask[rows].to(device),
                     position_ids[rows].to(device), response_length=response_length,
@@ -165,3 +169,15 @@ def batched_response_logprobs(model: torch.nn.Module, input_ids: Tensor, attenti
     finally:
         model.train(was_training)
     return torch.cat(chunks)
+
+
+def idle_pass(model: torch.nn.Module, *, device: torch.device, backward: bool = False) -> None:
+    """One forward (and with `backward`, one backward) of a one-token row,
+    the result dropped and the gradient it leaves exactly zero: a rank with
+    fewer micro-batches than another runs it in place of the missing ones,
+    so that it joins the collectives the sharded model runs in every pass
+    (`thinkrl.workers.mini_batches.agreed_micro_batches`)."""
+    one = torch.ones(1, 1, dtype=torch.long, device=device)
+    out = model(input_ids=torch.zeros_like(one), attention_mask=one, use_cache=False)
+    if backward:
+        (out.logits.float().sum() * 0.0).backward()

@@ -51,6 +51,16 @@ def sum_over_ranks(values: dict[str, float], *, device: torch.device) -> dict[st
     return dict(zip(keys, total.tolist()))
 
 
+def max_over_ranks(value: int, *, device: torch.device) -> int:
+    """The largest `value` any rank holds (one all-reduce; every rank must
+    call it). On one process, `value` itself."""
+    if not dist.is_initialized():
+        return value
+    top = torch.tensor([value], dtype=torch.int64, device=device)
+    dist.all_reduce(top, op=dist.ReduceOp.MAX)
+    return int(top.item())
+
+
 def close_process_group() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()

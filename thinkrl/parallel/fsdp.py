@@ -11,6 +11,7 @@ them to the compute dtype for the forward and reduces gradients in float32.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from typing import Iterator
 
 import torch
@@ -56,7 +57,12 @@ def parallelize(model: nn.Module, *, compute_dtype: torch.dtype, param_offload: 
     for layer in decoder_layers(model):
         if id(layer) not in inside_whole:
             fully_shard(layer, **options)
-    fully_shard(model, **options)
+            _RESHARD_AFTER_FORWARD[layer] = reshard_after_forward
+    # The root's parameters (embedding, final norm, head) are used again at
+    # once by the backward: it never reshards after forward, as FSDP2 does
+    # for a root left on its default.
+    fully_shard(model, **{**options, "reshard_after_forward": False})
+    _RESHARD_AFTER_FORWARD[model] = False
     # Each rank's loss is already its exact share of the mini-batch loss (the
     # normalisers span all ranks, thinkrl.workers.mini_batches), so gradients
     # are summed over ranks, not averaged as FSDP2 does by default.
@@ -64,6 +70,11 @@ def parallelize(model: nn.Module, *, compute_dtype: torch.dtype, param_offload: 
         module.set_gradient_divide_factor(1.0)
         module.set_force_sum_reduction_for_comms(True)
     return model
+
+
+# Each sharded module's own reshard-after-forward setting, restored when a
+# `gathered` block ends (FSDP2 has no public getter for it).
+_RESHARD_AFTER_FORWARD: "weakref.WeakKeyDictionary[nn.Module, bool]" = weakref.WeakKeyDictionary()
 
 
 def is_sharded(model: nn.Module) -> bool:
@@ -81,15 +92,18 @@ def gathered(model: nn.Module) -> Iterator[None]:
     """Full weights on every rank for the duration (one all-gather per
     sharded module on entry, freed on exit): a rollout decodes hundreds of
     tokens, each a forward pass, and must not gather the weights for each.
+
     Inside, forwards run no collective, so ranks may decode different numbers
-    of tokens. A no-op for an unsharded model."""
+    of tokens: every sharded module, the root included, is told not to
+    reshard after its forward (a module that did would all-gather again at
+    its next forward, a collective the ranks that stopped decoding never
+    join). Each module's own setting is restored on exit. A no-op for an
+    unsharded model."""
     modules = _fsdp_modules(model)
     if not modules:
         yield
         return
-    # The root keeps FSDP2's own setting (it does not reshard after forward).
-    inner = [m for m in modules if m is not model]
-    for module in inner:
+    for module in modules:
         module.set_reshard_after_forward(False, recurse=False)
     for module in modules:
         module.unshard()
@@ -98,8 +112,9 @@ def gathered(model: nn.Module) -> Iterator[None]:
     finally:
         for module in modules:
             module.reshard()
-        for module in inner:
-            module.set_reshard_after_forward(True, recurse=False)
+        for module in modules:
+            module.set_reshard_after_forward(_RESHARD_AFTER_FORWARD.get(module, True),
+                                             recurse=False)
 
 
 def full_tensor(value: torch.Tensor) -> torch.Tensor:

@@ -27,12 +27,13 @@ from thinkrl.algos.policy_losses import build_policy_loss
 from thinkrl.checkpoint.sharded import (ACTOR_DIR, OPTIMIZER_FILE, load_actor_state,
                                         save_actor_shards)
 from thinkrl.config.schema import ActorConfig, OptimConfig
-from thinkrl.models.forward import batched_response_logprobs, response_logprobs
+from thinkrl.models.forward import batched_response_logprobs, idle_pass, response_logprobs
 from thinkrl.parallel.distributed import sum_over_ranks
 from thinkrl.parallel.fsdp import full_tensor, is_sharded, parameter_stats
 from thinkrl.records import ModelInputs, TrainBatch
 from thinkrl.rollout.weight_sync import full_state_tensors
-from thinkrl.workers.mini_batches import MiniBatch, micro_batch_rows, plan_mini_batches
+from thinkrl.workers.mini_batches import (MiniBatch, agreed_micro_batches, micro_batch_rows,
+                                          plan_mini_batches)
 
 
 def make_adamw(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.AdamW:
@@ -193,9 +194,13 @@ class ActorWorker(ResumableUpdate):
     def _train_mini_batch(self, mini: TrainBatch, scale: LossScale) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)
         metrics: dict[str, float] = {}
-        for rows in micro_batch_rows(mini.attention_mask.sum(-1),
-                                     micro_batch_size=self.micro_batch_size,
-                                     max_tokens=self.max_tokens):
+        cuts = micro_batch_rows(mini.attention_mask.sum(-1), micro_batch_size=self.micro_batch_size,
+                                max_tokens=self.max_tokens)
+        for rows in agreed_micro_batches(cuts, device=self.device):
+            if rows is None:  # another rank has more micro-batches: join its collectives
+                with self.autocast():
+                    idle_pass(self.model, device=self.device, backward=True)
+                continue
             micro = mini.select(rows)
             loss, micro_metrics = self._micro_batch_loss(micro, scale)
             loss.backward()

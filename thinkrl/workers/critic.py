@@ -25,12 +25,13 @@ from thinkrl.algos.losses import LossScale
 from thinkrl.checkpoint.sharded import CRITIC_FILES, is_sharded_checkpoint, load_actor_state, save_actor_shards
 from thinkrl.config.critic_checks import CriticSizes
 from thinkrl.config.schema import CriticConfig
+from thinkrl.models.forward import idle_pass
 from thinkrl.models.value import response_values
 from thinkrl.parallel.distributed import sum_over_ranks
 from thinkrl.parallel.fsdp import full_tensor, is_sharded
 from thinkrl.records import CriticBatch
 from thinkrl.workers.actor import ResumableUpdate, make_adamw, make_lr_schedule
-from thinkrl.workers.mini_batches import MiniBatch, plan_mini_batches
+from thinkrl.workers.mini_batches import MiniBatch, agreed_micro_batches, plan_mini_batches
 
 
 class CriticWorker(ResumableUpdate):
@@ -56,10 +57,15 @@ class CriticWorker(ResumableUpdate):
         Padding tokens get whatever the head says there; callers mask them (verl zeroes them)."""
         was_training = self.model.training
         self.model.eval()
-        chunks, step = [], self.sizes.forward_micro_batch_size_per_device
+        step = self.sizes.forward_micro_batch_size_per_device
+        chunks = [torch.zeros(0, response_length)]
+        cuts = [slice(start, start + step) for start in range(0, input_ids.shape[0], step)]
         try:
-            for start in range(0, input_ids.shape[0], step):
-                rows = slice(start, start + step)
+            for rows in agreed_micro_batches(cuts, device=self.device):
+                if rows is None:  # another rank has more micro-batches: join its collectives
+                    with self.autocast():
+                        idle_pass(self.model, device=self.device)
+                    continue
                 with self.autocast():
                     values = response_values(self.model, input_ids[rows].to(self.device),
                                              attention_mask[rows].to(self.device),
@@ -99,9 +105,14 @@ class CriticWorker(ResumableUpdate):
         self.optimizer.zero_grad(set_to_none=True)
         metrics: dict[str, float] = {}
         micro_size = self.sizes.micro_batch_size_per_device
-        for start in range(0, len(mini), micro_size):
-            micro = mini.select(slice(start, start + micro_size))
+        cuts = [slice(start, start + micro_size) for start in range(0, len(mini), micro_size)]
+        for rows in agreed_micro_batches(cuts, device=self.device):
             dev = self.device
+            if rows is None:  # another rank has more micro-batches: join its collectives
+                with self.autocast():
+                    idle_pass(self.model, device=dev, backward=True)
+                continue
+            micro = mini.select(rows)
             with self.autocast():
                 vpreds = response_values(self.model, micro.input_ids.to(dev), micro.attention_mask.to(dev),
                                          micro.position_ids.to(dev), response_length=micro.response_length)

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from thinkrl.algos.losses import LossScale
+from thinkrl.parallel.distributed import max_over_ranks
 from thinkrl.records import CriticBatch, TrainBatch
 
 
@@ -66,6 +67,17 @@ def micro_batch_rows(token_counts: Tensor, *, micro_batch_size: int,
     if n:
         cuts.append(slice(start, n))
     return cuts
+
+
+def agreed_micro_batches(cuts: list[slice], *, device: torch.device) -> list[slice | None]:
+    """`cuts` (this rank's micro-batches), then None up to the most
+    micro-batches any rank has. With sharded weights every forward and
+    backward runs collectives (FSDP2's all-gathers and reduce-scatters), so
+    all ranks must run the same number of them, while token budgets
+    (use_dynamic_bsz) or a share one row shorter give a rank fewer cuts. A
+    None is an idle pass (`thinkrl.models.forward.idle_pass`) that joins
+    the collectives and adds nothing. One all-reduce; on one process, `cuts`."""
+    return cuts + [None] * (max_over_ranks(len(cuts), device=device) - len(cuts))
 
 
 def balanced_shares(token_counts: Tensor, parts: int) -> list[Tensor]:
