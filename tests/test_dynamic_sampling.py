@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from thinkrl.config.schema import Config
-from thinkrl.dynamic_sampling import filter_values, generate_and_score, generation_batch_size
+from thinkrl.assets import generation_batch_size
+from thinkrl.dynamic_sampling import filter_values, generate_and_score
 from thinkrl.metrics import StageTimer
 from thinkrl.records import PromptBatch, Rollouts, Sample
 from thinkrl.rewards.scorer import ScoreResult

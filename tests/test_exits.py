@@ -12,7 +12,8 @@ import torch
 from thinkrl.checkpoint.lock import RunLock
 from thinkrl.commands.common import recipe_path
 from thinkrl.errors import RunStopped, SetupError
-from thinkrl.exits import is_disk_full, is_user_error, resume_argv, run_command
+from thinkrl.errors import is_disk_full
+from thinkrl.exits import is_user_error, resume_argv, run_command
 
 
 def _run(function, argv=("train", "--config", "tiny")):

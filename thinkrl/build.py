@@ -7,8 +7,6 @@ the driver (`thinkrl.trainer`) only ever sees a run that can start.
 from __future__ import annotations
 
 import importlib
-import importlib.util
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -19,30 +17,30 @@ import yaml
 from thinkrl import builtin
 from thinkrl.algos.advantages import build_advantage_estimator
 from thinkrl.algos.kl_control import KLController
+from thinkrl.assets import (generation_batch_size, prompt_set, run_stop_ids, run_tokenizer,
+                            total_training_steps, validation_sampling)
 from thinkrl.checkpoint.lock import RunLock
 from thinkrl.checkpoint.resume import checkpoint_to_resume
 from thinkrl.checkpoint.state import Progress, load_checkpoint
 from thinkrl.config import Config, DerivedSizes, execution_backend, inactive_settings, validate
 from thinkrl.config.loading import config_to_dict
-from thinkrl.data.dataset import Prompt, PromptLoader, load_prompts
-from thinkrl.data.images import check_image_backend, run_image_encoder
-from thinkrl.data.templates import stop_token_ids
-from thinkrl.dynamic_sampling import generation_batch_size
-from thinkrl.errors import SetupError
+from thinkrl.data.dataset import Prompt, PromptLoader
+from thinkrl.data.images import check_image_backend
 from thinkrl.metrics import MetricsLog
-from thinkrl.models.loading import eos_token_ids, load_generation_config, load_tokenizer
-from thinkrl.parallel.device import resolve_device, synchronizer
+from thinkrl.models.loading import load_generation_config
+from thinkrl.parallel.device import synchronizer
+from thinkrl.preflight import check_backend
+from thinkrl.reward_watch import FailureBreaker, ZeroRewardWatch
 from thinkrl.rewards.scorer import RewardScorer
-from thinkrl.rewards.watch import FailureBreaker, ZeroRewardWatch
 from thinkrl.rollout.base import RolloutEngine, SamplingParams
-from thinkrl.rollout.native import NativeEngine
-from thinkrl.workers.policy_rank import PolicyRank, RankSpec, sampling_seed
+from thinkrl.workers.policy_rank import PolicyRank, RankSpec
+
+from thinkrl.workers.handles import ActorHandle, CriticHandle, EngineHandle, ReferenceHandle
+from thinkrl.workers.ray_group import RayWorkerGroup
 
 if TYPE_CHECKING:
     from thinkrl.workers.actor import ActorWorker
     from thinkrl.workers.critic import CriticWorker
-    from thinkrl.workers.ray_critic import CriticHandle
-    from thinkrl.workers.ray_group import ActorHandle, ReferenceHandle
     from thinkrl.workers.reference import ReferenceWorker
 
 
@@ -107,32 +105,6 @@ class Run:
         """One optimizer step per training step on fresh samples: pi_old is
         the current policy, so the old log-probs need no extra forward pass."""
         return self.sizes.optimizer_steps_per_step == 1
-
-
-def check_backend(cfg: Config) -> None:
-    if execution_backend(cfg) == "ray":
-        devices = cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes
-        if importlib.util.find_spec("ray") is None:
-            raise SetupError(f"trainer.backend=ray ({devices} devices) needs Ray, which is not "
-                             "installed", "pip install 'thinkrl[ray]' (or use one device: "
-                             "trainer.n_gpus_per_node=1)")
-        from torch.distributed.fsdp import FSDPModule
-        if not hasattr(FSDPModule, "set_force_sum_reduction_for_comms"):
-            raise SetupError(f"trainer.backend=ray needs FSDP2's summed gradient reduction, "
-                             f"which torch {torch.__version__} lacks",
-                             "install torch >= 2.8 (the Makefile's TORCH_SPEC pins 2.13.0)")
-    rollout = cfg.actor_rollout_ref.rollout
-    if rollout.name == "sglang":
-        raise SetupError("actor_rollout_ref.rollout.name=sglang is not available in this release",
-                         "use rollout.name=vllm (or native)")
-    if rollout.name == "vllm":
-        from thinkrl.rollout.vllm_engine import check_vllm_usable, engine_parallel_problem
-        problem = engine_parallel_problem(rollout, execution_backend(cfg))
-        if problem is not None:
-            raise SetupError(*problem)
-        # On the driver; each rank checks again on its own device at start.
-        device = cfg.trainer.device
-        check_vllm_usable(device if device != "auto" else resolve_device("auto").type)
 
 
 def build_run(cfg: Config, *, log=print) -> Run:
@@ -253,62 +225,10 @@ def build_roles(spec: RankSpec, *, log=print) -> Roles:
         rank = PolicyRank(spec)
         return Roles(rank.actor, rank.reference, rank.engine, synchronizer(rank.device),
                      close=getattr(rank.engine, "close", lambda: None), critic=rank.critic)
-    from thinkrl.workers.ray_group import RayWorkerGroup
     group = RayWorkerGroup.start(spec, log=log)
-    return Roles(group.actor, group.reference, group.engine, sync=lambda: None, close=group.close,
-                 critic=group.critic)
-
-
-def total_training_steps(cfg: Config, *, batches_per_epoch: int) -> int:
-    """trainer.total_training_steps, else total_epochs full passes over the prompts."""
-    return cfg.trainer.total_training_steps or cfg.trainer.total_epochs * batches_per_epoch
-
-
-def tokenizer_path(cfg: Config, model_path: str) -> str:
-    """data.tokenizer, else actor_rollout_ref.model.tokenizer_path, else the model's own."""
-    return cfg.data.tokenizer or cfg.actor_rollout_ref.model.tokenizer_path or model_path
-
-
-def tokenizer_options(cfg: Config) -> dict:
-    """How the run's tokenizer is loaded (`load_tokenizer` keyword arguments)."""
-    model = cfg.actor_rollout_ref.model
-    return dict(trust_remote_code=model.trust_remote_code or cfg.data.trust_remote_code,
-                custom_chat_template=model.custom_chat_template)
-
-
-def run_tokenizer(cfg: Config, model_path: str):
-    return load_tokenizer(tokenizer_path(cfg, model_path), **tokenizer_options(cfg))
-
-
-def prompt_set(cfg: Config, tokenizer, *, files, key: str, template: str, log=print,
-               model_path: str | None = None) -> list[Prompt]:
-    """The prompts of `files` (the value of config `key`), rendered with
-    `template` and checked against the data.* length settings; image rows
-    with the image processor of `model_path` (default: the config's model)."""
-    data = cfg.data
-    return load_prompts(builtin.resolve_data_files(files, log=log), tokenizer, key=key,
-                        template=template, prompt_key=data.prompt_key,
-                        reward_fn_key=data.reward_fn_key, max_prompt_length=data.max_prompt_length,
-                        filter_overlong=data.filter_overlong_prompts, truncation=data.truncation,
-                        chat_kwargs=data.apply_chat_template_kwargs,
-                        media_keys=(data.image_key, data.video_key),
-                        images=run_image_encoder(cfg, tokenizer, model_path=model_path),
-                        log=log)
-
-
-def run_stop_ids(cfg: Config, tokenizer, generation_config) -> list[int]:
-    """The ids that end a response: the model's EOS ids, plus the stop words
-    of the run's templates (qwen_r1: <|im_end|>, MindSpeed-RL's stop word)."""
-    stops = stop_token_ids((cfg.data.template, cfg.data.val_template), tokenizer)
-    return eos_token_ids(tokenizer, generation_config) + stops
-
-
-def native_engine(cfg: Config, model, tokenizer, *, autocast) -> NativeEngine:
-    """The rollout engine; its sampling seed derives from trainer.seed and rollout.seed."""
-    return NativeEngine(model, eos_token_ids=run_stop_ids(cfg, tokenizer, model.generation_config),
-                        pad_token_id=tokenizer.pad_token_id,
-                        seed=sampling_seed(cfg),
-                        autocast=autocast)
+    return Roles(ActorHandle(group), ReferenceHandle(group) if spec.with_reference else None,
+                 EngineHandle(group), sync=lambda: None, close=group.close,
+                 critic=CriticHandle(group) if spec.sizes.critic is not None else None)
 
 
 def _kl_controller(cfg: Config) -> KLController | None:
@@ -317,19 +237,3 @@ def _kl_controller(cfg: Config) -> KLController | None:
     ctrl = cfg.algorithm.kl_ctrl
     return KLController(value=ctrl.kl_coef, adaptive=ctrl.type == "adaptive",
                         target_kl=ctrl.target_kl, horizon=ctrl.horizon)
-
-
-def validation_sampling(cfg: Config, *, max_tokens: int) -> SamplingParams:
-    """Sampling for validation and `thinkrl eval`: actor_rollout_ref.rollout.val_kwargs."""
-    val = cfg.actor_rollout_ref.rollout.val_kwargs
-    return SamplingParams(n=val.n, max_tokens=max_tokens, temperature=val.temperature,
-                          top_p=val.top_p, top_k=val.top_k, do_sample=val.do_sample)
-
-
-def val_batch_size(cfg: Config, n_prompts: int) -> int:
-    """Prompts per validation generate call: data.val_batch_size, else as many
-    as keep rollout.max_num_seqs sequences in flight."""
-    if cfg.data.val_batch_size:
-        return cfg.data.val_batch_size
-    per_prompt = max(1, cfg.actor_rollout_ref.rollout.val_kwargs.n)
-    return max(1, min(n_prompts, math.floor(cfg.actor_rollout_ref.rollout.max_num_seqs / per_prompt)))

@@ -16,8 +16,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from thinkrl.data.synthetic import ARITH_TRAIN_SIZE
+
 PREFIX = "builtin:"
-ARITH_TRAIN_SIZE = 2000
 
 
 def cache_dir() -> Path:

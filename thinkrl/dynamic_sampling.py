@@ -25,7 +25,6 @@ import torch
 from torch import Tensor
 
 from thinkrl.algos.dapo import mixed_groups, overlong_penalty
-from thinkrl.config import Config
 from thinkrl.metrics import StageTimer
 from thinkrl.records import ModelInputs, PromptBatch, Rollouts
 from thinkrl.rewards.scorer import ScoreResult
@@ -34,7 +33,7 @@ from thinkrl.rewards.scoring import decode_responses
 if TYPE_CHECKING:
     from thinkrl.build import Run
 
-__all__ = ["ScoredRollouts", "generate_and_score", "generation_batch_size"]
+__all__ = ["ScoredRollouts", "generate_and_score"]
 
 
 @dataclass(slots=True)
@@ -45,13 +44,6 @@ class ScoredRollouts:
     raw_scores: Tensor  # [N] the reward function's scores, before the overlong penalty
     metrics: dict[str, float]  # train/num_gen_batches etc. under dynamic sampling
     reward_baselines: Tensor | None = None  # [N] ReMax: score of the prompt's greedy response
-
-
-def generation_batch_size(cfg: Config) -> int:
-    """Prompts the loader serves per generation batch."""
-    if cfg.algorithm.filter_groups.enable and cfg.data.gen_batch_size:
-        return cfg.data.gen_batch_size
-    return cfg.data.train_batch_size
 
 
 def generate_and_score(run: Run, timer: StageTimer) -> ScoredRollouts:

@@ -7,6 +7,10 @@ text. A ValueError, so every caller that handles user mistakes handles it.
 
 from __future__ import annotations
 
+import difflib
+import errno
+from pathlib import Path
+
 
 class SetupError(ValueError):
     def __init__(self, problem: str, fix: str) -> None:
@@ -33,3 +37,35 @@ class RunStopped(RuntimeError):
 class DiskFull(SetupError):
     """A write failed because the disk is full; names the folder, its free
     space and the space needed."""
+
+
+_DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+_DISK_FULL_TEXT = ("No space left", "StorageFull", "Disk quota exceeded", "file write failed")
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """ENOSPC/EDQUOT anywhere in the cause chain, or a writer (torch.save,
+    safetensors) that reports it only in its message."""
+    seen = error
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in _DISK_FULL_ERRNOS:
+            return True
+        if any(text in str(seen) for text in _DISK_FULL_TEXT):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def nearest_files(path: Path) -> str:
+    """' Nearest existing files in F: ...' from the deepest folder of `path`
+    that exists (for error messages about a path that does not)."""
+    folder = path.parent
+    while not folder.is_dir() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        return ""
+    names = sorted(p.name for p in folder.iterdir())
+    close = difflib.get_close_matches(path.name, names, n=5, cutoff=0.3) or names[:5]
+    if not close:
+        return f" The folder {folder} is empty."
+    return f" Nearest existing files in {folder}: {', '.join(close)}."

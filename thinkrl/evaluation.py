@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from thinkrl.algos.pass_at_k import best_at_k, k_values, mean_pass_at_k
+from thinkrl.assets import val_batch_size
 from thinkrl.data.dataset import Prompt, batches
 from thinkrl.generations import Generation, generations_from_rollouts
 from thinkrl.records import FINISH_LENGTH, Rollouts
@@ -160,7 +161,6 @@ def evaluate(engine: RolloutEngine, prompts: Sequence[Prompt], *, tokenizer,
 
 def run_validation(run) -> EvalResult:
     """Validation of a training run (a thinkrl.build.Run) with rollout.val_kwargs."""
-    from thinkrl.build import val_batch_size
 
     return evaluate(run.engine, run.val_prompts, tokenizer=run.tokenizer,
                     sampling=run.val_sampling, reward=run.reward,

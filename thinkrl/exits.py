@@ -21,7 +21,6 @@ as a config mistake sent users hunting for a typo that was not theirs.
 
 from __future__ import annotations
 
-import errno
 import shlex
 import shutil
 import sys
@@ -31,13 +30,9 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
-from thinkrl.errors import DiskFull, RunStopped, SetupError
+from thinkrl.errors import DiskFull, RunStopped, SetupError, is_disk_full
 
 _PACKAGE = Path(__file__).resolve().parent
-_DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
-_DISK_FULL_TEXT = ("No space left", "StorageFull", "Disk quota exceeded", "file write failed")
-
-
 def run_command(function: Callable, args, *, argv: list[str], err=None) -> int:
     """`function(args)` with every failure turned into a message and an exit code."""
     from thinkrl.checkpoint.lock import forget_last_locked, last_locked_run_dir
@@ -87,19 +82,6 @@ def is_user_error(error: BaseException) -> bool:
         return False
     frames = traceback.extract_tb(error.__traceback__)
     return bool(frames) and Path(frames[-1].filename).resolve().is_relative_to(_PACKAGE)
-
-
-def is_disk_full(error: BaseException) -> bool:
-    """ENOSPC/EDQUOT anywhere in the cause chain, or a writer (torch.save,
-    safetensors) that reports it only in its message."""
-    seen = error
-    while seen is not None:
-        if isinstance(seen, OSError) and seen.errno in _DISK_FULL_ERRNOS:
-            return True
-        if any(text in str(seen) for text in _DISK_FULL_TEXT):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
 
 
 def disk_full_message(error: BaseException, *, folder: Path | None = None,

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 
 
-from thinkrl.checkpoint.store import latest_checkpoint
+from thinkrl.checkpoint.store import kept_on_disk
 from thinkrl.errors import RunStopped
 
 MAX_NORM_GROWTH = 2.0
@@ -103,13 +103,3 @@ def destroyed_message(run, *, step: int, reason: str) -> str:
             f"in memory are the destroyed ones and are dropped. {kept_on_disk(run.run_dir)} "
             f"Likely cause: too large a step; lower actor_rollout_ref.actor.optim.lr (now {lr:g}) "
             "or check the rewards (trainer.divergence_guard=False turns this check off).")
-
-
-def kept_on_disk(run_dir) -> str:
-    """One sentence on the newest checkpoint on disk (and how a rerun uses it)."""
-    latest = latest_checkpoint(run_dir, log=lambda *_: None)
-    if latest is None:
-        return (f"No checkpoint is on disk in {run_dir} (none was due yet, or trainer.save_freq "
-                "<= 0): a rerun starts from step 0.")
-    return (f"Kept on disk: {latest.name}, the newest checkpoint, saved before this stop; a rerun "
-            f"with trainer.resume_mode=auto continues from it ({run_dir}).")

@@ -21,11 +21,12 @@ from thinkrl.algos.rollout_correction import logprob_gap_metrics, rollout_is_wei
 from thinkrl.build import Run, build_run
 from thinkrl.checkpoint.resume import should_save
 from thinkrl.checkpoint.state import Progress, save_checkpoint
+from thinkrl.checkpoint.store import kept_on_disk
 from thinkrl.config import Config
 from thinkrl.dynamic_sampling import generate_and_score
 from thinkrl.evaluation import run_validation
 from thinkrl.generations import log_train_generations, log_val_generations
-from thinkrl.guard import DivergenceGuard, kept_on_disk
+from thinkrl.guard import DivergenceGuard
 from thinkrl.metrics import StageTimer, rollout_metrics, throughput_metrics
 from thinkrl.ppo_critic import actor_updates, critic_values, update_critic
 from thinkrl.records import Rollouts, TrainBatch

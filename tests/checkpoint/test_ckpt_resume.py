@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from thinkrl.checkpoint.state import OPTIMIZER_FILE, TRAINER_STATE_FILE, load_checkpoint
+from thinkrl.checkpoint.sharded import OPTIMIZER_FILE
+from thinkrl.checkpoint.state import TRAINER_STATE_FILE, load_checkpoint
 from thinkrl.checkpoint.store import TRACKER, latest_checkpoint
 from thinkrl.checkpoint.verify import sha256_file
 from thinkrl.cli import main, recipe_path

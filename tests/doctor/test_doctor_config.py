@@ -54,7 +54,7 @@ def test_fsdp_size_must_divide_the_devices():
 
 
 def test_backend_rows_reuse_the_builds_message():
-    from thinkrl.build import check_backend as build_check_backend
+    from thinkrl.preflight import check_backend as build_check_backend
     ctx = context("actor_rollout_ref.rollout.name=sglang")  # refused in this release
     [row] = [check_backend(ctx)]
     assert row.status == "fail"

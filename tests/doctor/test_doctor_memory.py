@@ -68,7 +68,7 @@ REFUSED_BY_THIS_RELEASE = ("rollout.name", "vllm")
 
 
 def test_every_fix_can_be_followed_in_this_release():
-    # thinkrl.build.check_backend refuses engines other than native.
+    # thinkrl.preflight.check_backend refuses engines other than native.
     for term, fix in memory.FIXES.items():
         assert not [word for word in REFUSED_BY_THIS_RELEASE if word in fix], term
     assert "n_gpus_per_node" in memory.FIXES["weights"] and "FSDP2" in memory.FIXES["AdamW"]

@@ -7,8 +7,9 @@ import torch
 from doctor_helpers import context
 
 from thinkrl.doctor import run_check
+from thinkrl.doctor.context import estimate_param_count
 from thinkrl.doctor.model import (check_chatml_markers, check_config, check_fits, check_special_tokens,
-                                  check_tokenizer, estimate_param_count)
+                                  check_tokenizer)
 
 
 def _real_count(model: torch.nn.Module) -> int:

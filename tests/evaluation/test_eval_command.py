@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from thinkrl.cli import main
-from thinkrl.checkpoint.state import ACTOR_DIR
+from thinkrl.checkpoint.sharded import ACTOR_DIR
 from thinkrl.checkpoint.store import MARKER
 from thinkrl.commands.eval import model_folder, output_dir
 from thinkrl.data import synthetic

@@ -108,8 +108,9 @@ def test_ranks_whose_responses_end_at_different_steps_train_and_validate(
     the ranks different micro-batch counts; the update must still equal the
     fixed cut on one process. Every wait has a 120 s deadline: a hang fails."""
     from thinkrl.trainer import train_run
-    from thinkrl.workers.mini_batches import micro_batch_rows, plan_mini_batches
-    from thinkrl.workers.ray_group import row_shares
+    from thinkrl.models.micro_batches import micro_batch_rows
+    from thinkrl.workers.mini_batches import plan_mini_batches
+    from thinkrl.workers.handles import row_shares
 
     budget = ("actor_rollout_ref.actor.use_dynamic_bsz=True",
               "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=160",

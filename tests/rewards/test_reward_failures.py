@@ -15,7 +15,7 @@ from thinkrl.errors import RunStopped
 from thinkrl.records import Sample
 from thinkrl.rewards.reward_fn import RewardFnSpec
 from thinkrl.rewards.scorer import RewardScorer
-from thinkrl.rewards.watch import FailureBreaker, ZeroRewardWatch
+from thinkrl.reward_watch import FailureBreaker, ZeroRewardWatch
 
 HANGS_AT_IMPORT = '''
 import time
@@ -92,7 +92,7 @@ def test_breaker_trips_at_the_first_step_and_1_never_trips(tmp_path):
 
 def test_zero_reward_warning_leads_with_the_failures(caplog):
     watch = ZeroRewardWatch(1)
-    with caplog.at_level(logging.WARNING, logger="thinkrl.rewards.watch"):
+    with caplog.at_level(logging.WARNING, logger="thinkrl.reward_watch"):
         assert watch.update(torch.zeros(32), failures=32)
     message = caplog.records[0].getMessage()
     assert "FAILED on 32 of the 32 responses" in message and "template" not in message

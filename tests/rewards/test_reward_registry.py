@@ -4,7 +4,7 @@ settings (format_score), and the config checks of the reward.* keys."""
 import pytest
 
 from thinkrl.config import Config, validate
-from thinkrl.config.checks import REWARD_SCORERS
+from thinkrl.config.choices import REWARD_SCORERS
 from thinkrl.rewards.registry import (DATA_SOURCES, SCORER_NAMES, ScorerSettings, make_scorer,
                                       scorer_name_for)
 from thinkrl.rewards.reward_fn import RewardFnSpec

@@ -5,14 +5,14 @@ import logging
 import pytest
 import torch
 
-from thinkrl.rewards import ZeroRewardWatch
+from thinkrl.reward_watch import ZeroRewardWatch
 
 ZERO, SOME = torch.zeros(8), torch.tensor([0.0, 1.0, 0.0, 0.0])
 
 
 def test_warns_once_per_streak(caplog):
     watch = ZeroRewardWatch(3)
-    with caplog.at_level(logging.WARNING, logger="thinkrl.rewards.watch"):
+    with caplog.at_level(logging.WARNING, logger="thinkrl.reward_watch"):
         fired = [watch.update(s) for s in (ZERO, ZERO, SOME, ZERO, ZERO, ZERO, ZERO, ZERO, SOME,
                                            ZERO, ZERO, ZERO)]
     # streaks: 2 (broken by SOME), then 5 (warns at its 3rd step), then 3 (warns again)

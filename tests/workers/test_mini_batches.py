@@ -83,7 +83,7 @@ def test_prompt_batch_select_keeps_padding_width():
 
 
 def test_micro_batch_rows_by_count_and_by_token_budget():
-    from thinkrl.workers.mini_batches import micro_batch_rows
+    from thinkrl.models.micro_batches import micro_batch_rows
 
     counts = torch.tensor([10, 8, 10, 6, 11, 7])
     assert micro_batch_rows(counts, micro_batch_size=4) == [slice(0, 4), slice(4, 6)]

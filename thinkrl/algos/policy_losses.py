@@ -59,26 +59,44 @@ def _metrics(loss: Tensor, mask: Tensor, scale: LossScale, *, log_ratio: Tensor,
 
 
 def gspo_policy_loss(logprob: Tensor, old_logprob: Tensor, advantages: Tensor, response_mask: Tensor, *,
-                     scale: LossScale, clip_ratio_low: float, clip_ratio_high: float
+                     scale: LossScale, clip_ratio_low: float, clip_ratio_high: float, loss_agg_mode: str
                      ) -> tuple[Tensor, dict[str, float]]:
     """GSPO: PPO's clip on a sequence-level ratio (the geometric mean of token ratios).
 
         log s_i   = sum_t m (log pi - log pi_old) / max(|y_i|, 1)
         s_{i,t}   = exp(min(sg[log s_i] + log pi_t - sg[log pi_t], 10))   (value s_i; token gradient)
         l_{i,t}   = max(-A s_{i,t}, -A clamp(s_{i,t}, 1 - low, 1 + high))
-        loss      = agg_loss(l, mask, "seq-mean-token-mean")   (loss_agg_mode is ignored, as in verl)
+        loss      = agg_loss(l, mask, loss_agg_mode)
+
+    Every token of response i carries the same clipped term, so the aggregation
+    decides how responses are weighed: ``seq-mean-token-mean`` is the paper's
+    objective (each response counts once), ``token-mean`` (verl's default) weighs
+    a response by its length. verl honours ``loss_agg_mode`` for GSPO since 0.9.1
+    (0.9.0 and earlier fixed ``seq-mean-token-mean``). ``actor/pg_clipfrac`` is the
+    share of tokens whose sequence ratio is clipped; ``actor/pg_clipfrac_lower`` is 0.
 
     Zheng et al. 2025, "Group Sequence Policy Optimization" (arXiv:2507.18071).
-    Args: [N, T] tensors as in the module legend. Returns (loss, metrics).
+
+    Args:
+        logprob: [N, T] log pi(y_t) under the policy being trained (with grad).
+        old_logprob: [N, T] log pi_old(y_t) from the policy that sampled y.
+        advantages: [N, T] advantages A (GSPO's are constant per response).
+        response_mask: [N, T] m, 1 on response tokens, 0 on padding; |y_i| = sum_t m.
+        scale: normalisers of the whole mini-batch (see ``LossScale``).
+        clip_ratio_low, clip_ratio_high: trust region [1 - low, 1 + high] for s_i.
+        loss_agg_mode: see ``agg_loss``.
+
+    Returns:
+        (loss, metrics): the scalar loss and this micro-batch's share of the metrics.
     """
     mask = response_mask.to(logprob.dtype)
     log_ratio = logprob - old_logprob
     seq_log_ratio = (log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1)  # [N]
-    log_s = logprob - logprob.detach() + seq_log_ratio.detach().unsqueeze(-1)
+    log_s = logprob - logprob.detach() + seq_log_ratio.detach().unsqueeze(-1)  # [N, T]
     s = torch.exp(log_s.clamp(max=10.0))
     loss_unclipped = -advantages * s
     loss_clipped = -advantages * s.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
-    loss = agg_loss(torch.maximum(loss_unclipped, loss_clipped), mask, "seq-mean-token-mean", scale)
+    loss = agg_loss(torch.maximum(loss_unclipped, loss_clipped), mask, loss_agg_mode, scale)
     with torch.no_grad():
         metrics = _metrics(loss, mask, scale, log_ratio=log_ratio, clipped=loss_clipped > loss_unclipped)
     return loss, metrics
@@ -273,7 +291,7 @@ def _clip(c: ActorConfig) -> dict[str, float]:
 # The config settings each loss takes, read once when the actor is built.
 _SETTINGS: dict[str, Callable[[ActorConfig], dict[str, Any]]] = {
     "vanilla": lambda c: {**_clip(c), "clip_ratio_c": c.clip_ratio_c, "loss_agg_mode": c.loss_agg_mode},
-    "gspo": _clip,
+    "gspo": lambda c: {**_clip(c), "loss_agg_mode": c.loss_agg_mode},
     "sapo": lambda c: {"tau_pos": c.tau_pos, "tau_neg": c.tau_neg},
     "gpg": lambda c: {"loss_agg_mode": c.loss_agg_mode},
     "clip_cov": lambda c: {**_clip(c), "loss_agg_mode": c.loss_agg_mode,

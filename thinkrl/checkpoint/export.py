@@ -18,7 +18,8 @@ import shutil
 from pathlib import Path
 
 from thinkrl.checkpoint.sharded import is_sharded_checkpoint, write_whole_weights
-from thinkrl.checkpoint.state import ACTOR_DIR, weight_files
+from thinkrl.checkpoint.hf_weights import weight_files
+from thinkrl.checkpoint.sharded import ACTOR_DIR
 from thinkrl.checkpoint.store import fsync_dir, fsync_file, resolve_checkpoint
 
 

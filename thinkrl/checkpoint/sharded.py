@@ -24,6 +24,8 @@ from pathlib import Path
 
 import torch
 
+from thinkrl.checkpoint.hf_weights import copy_weights, read_weights
+
 ACTOR_DIR = "actor"
 DCP_DIR = "actor_dcp"
 OPTIMIZER_FILE = "optimizer.pt"
@@ -103,13 +105,11 @@ def _load_dcp(model, optimizer, folder: Path, files: RoleFiles) -> None:
 
 
 def _load_whole(model, optimizer, folder: Path, files: RoleFiles) -> None:
-    from thinkrl.checkpoint.state import read_weights
     from thinkrl.parallel.fsdp import is_sharded
 
     saved_optimizer = torch.load(folder / files.optimizer_file, map_location="cpu", weights_only=True)
     tensors = read_weights(model, folder / files.hf_dir)
     if not is_sharded(model):
-        from thinkrl.checkpoint.state import copy_weights
         copy_weights(model, tensors, folder / files.hf_dir)
         optimizer.load_state_dict(saved_optimizer)
         return

@@ -38,8 +38,8 @@ from pathlib import Path
 import torch
 import yaml
 
-from thinkrl.checkpoint.sharded import ACTOR_DIR, OPTIMIZER_FILE  # noqa: F401 (re-exported)
-from thinkrl.checkpoint.store import MARKER, atomic_checkpoint, rotate, step_of
+from thinkrl.checkpoint.sharded import ACTOR_DIR
+from thinkrl.checkpoint.store import MARKER, atomic_checkpoint, kept_on_disk, rotate, step_of
 from thinkrl.config.loading import config_to_dict
 from thinkrl.errors import RunStopped
 from thinkrl.models.vision import copy_processor_files
@@ -84,9 +84,7 @@ def flat_config(tree: dict, prefix: str = "") -> dict:
 def save_checkpoint(run, progress: Progress, *, log=print) -> Path:
     """Write step `progress.step` of `run` atomically, then apply
     trainer.max_actor_ckpt_to_keep. Returns the checkpoint folder."""
-    from thinkrl.guard import kept_on_disk, weight_health  # the guard imports the store
-
-    bad, _, _ = weight_health(run.actor)
+    bad = run.actor.weight_stats()["nonfinite"]
     if bad:  # never a checkpoint that cannot be resumed from
         raise RunStopped(f"step {progress.step}: not saving a checkpoint: {len(bad)} weight tensor(s) "
                          f"hold NaN or inf (first: {bad[0]}). {kept_on_disk(run.run_dir)} Lower "
@@ -161,44 +159,6 @@ def _note_config_changes(cfg, folder: Path, meta: dict, *, log) -> None:
     more = f" and {len(changed) - 8} more" if len(changed) > 8 else ""
     log(f"note: the config differs from the one {folder.name} was saved with ({shown}{more}); "
         "the run continues with the new values, so it is not an exact continuation")
-
-
-def weight_files(folder: Path) -> list[Path]:
-    """The safetensors files of a Hugging Face folder (one file, or the shards
-    its index lists)."""
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return [folder / name for name in shards]
-    single = folder / "model.safetensors"
-    if not single.is_file():
-        raise ValueError(f"{folder}: no model.safetensors (nor an index of shards)")
-    return [single]
-
-
-def read_weights(model: torch.nn.Module, folder: Path) -> dict[str, torch.Tensor]:
-    """The tensors of the Hugging Face folder `folder`, on `model`'s device."""
-    from safetensors.torch import load_file
-
-    device = next(model.parameters()).device
-    tensors: dict[str, torch.Tensor] = {}
-    for path in weight_files(folder):
-        tensors.update(load_file(path, device=str(device)))
-    return tensors
-
-
-def copy_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor], folder: Path) -> None:
-    """Copy `tensors` (read from `folder`) into `model` in place. A key missing
-    from them is accepted only when its tensor is tied to one that was loaded
-    (an LM head sharing the embedding)."""
-    missing, unexpected = model.load_state_dict(tensors, strict=False)
-    current = model.state_dict()
-    loaded = {current[k].data_ptr() for k in tensors if k in current}
-    untied = [k for k in missing if current[k].data_ptr() not in loaded]
-    if untied or unexpected:
-        raise ValueError(f"{folder}: the saved weights do not match the model of this run "
-                         f"(missing: {untied[:5]}, unexpected: {list(unexpected)[:5]}); was the "
-                         "checkpoint made with another actor_rollout_ref.model.path?")
 
 
 def capture_rng(device: torch.device) -> dict:

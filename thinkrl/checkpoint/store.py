@@ -25,6 +25,7 @@ from typing import Iterator
 
 from thinkrl.atomic import atomic_write_text, fsync_dir, fsync_file
 from thinkrl.checkpoint.verify import FILES_KEY, MARKER, DamagedCheckpoint, file_digests, newest_intact, verify_checkpoint
+from thinkrl.errors import is_disk_full
 
 TRACKER = "latest_checkpointed_iteration.txt"
 _NAME = re.compile(r"^global_step_(\d+)$")
@@ -161,7 +162,6 @@ def atomic_checkpoint(run_dir: Path, step: int, meta: dict) -> Iterator[Path]:
     except BaseException as err:
         written = _bytes_under(tmp)
         shutil.rmtree(tmp, ignore_errors=True)
-        from thinkrl.exits import is_disk_full  # exits imports the CLI's view of everything
 
         if isinstance(err, Exception) and is_disk_full(err):
             raise _disk_full(err, run_dir, step=step, written=written) from err
@@ -234,3 +234,13 @@ def remove_incomplete(run_dir: Path, *, current_step: int, log=print) -> list[Pa
             log(f"removed {folder.name}: an incomplete checkpoint (no {MARKER})")
             removed.append(folder)
     return removed
+
+
+def kept_on_disk(run_dir) -> str:
+    """One sentence on the newest checkpoint on disk (and how a rerun uses it)."""
+    latest = latest_checkpoint(run_dir, log=lambda *_: None)
+    if latest is None:
+        return (f"No checkpoint is on disk in {run_dir} (none was due yet, or trainer.save_freq "
+                "<= 0): a rerun starts from step 0.")
+    return (f"Kept on disk: {latest.name}, the newest checkpoint, saved before this stop; a rerun "
+            f"with trainer.resume_mode=auto continues from it ({run_dir}).")

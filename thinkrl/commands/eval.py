@@ -129,8 +129,8 @@ def run_eval(cfg, *, log=print):
     import torch
 
     from thinkrl.models.loading import check_model_fits
-    from thinkrl.build import (native_engine, prompt_set, run_tokenizer,
-                               val_batch_size, validation_sampling)
+    from thinkrl.assets import (native_engine, prompt_set, run_tokenizer, val_batch_size,
+                                validation_sampling)
     from thinkrl.config.checks import derive_sizes
     from thinkrl.evaluation import evaluate
     from thinkrl.models.loading import load_causal_lm
@@ -196,7 +196,7 @@ def model_folder(path: str, *, log=print) -> str:
     Hugging Face weights."""
     from thinkrl import builtin
     from thinkrl.checkpoint.sharded import is_sharded_checkpoint
-    from thinkrl.checkpoint.state import ACTOR_DIR
+    from thinkrl.checkpoint.sharded import ACTOR_DIR
     from thinkrl.checkpoint.store import resolve_checkpoint
 
     if builtin.is_builtin(path):

@@ -16,18 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from thinkrl.config.choices import (KL_ESTIMATORS, LOSS_AGG_MODES, REWARD_SCORERS, TEMPLATES,
+                                    divisors, near_divisors)
 from thinkrl.config.critic_checks import CriticSizes, critic_problems, critic_sizes, uses_critic
 from thinkrl.config.schema import ADV_ESTIMATORS, POLICY_LOSS_MODES, Config
 from thinkrl.config.verifier_checks import reward_verifier_problems
-from thinkrl.data.templates import TEMPLATES
 from thinkrl.loggers import logger_problems
 
 __all__ = ["DerivedSizes", "execution_backend", "validate"]
-
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-KL_ESTIMATORS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
-# "auto" plus thinkrl.rewards.registry.SCORER_NAMES (not imported: it loads sympy; a test pins them equal)
-REWARD_SCORERS = ("auto", "gsm8k", "math", "r1", "exact", "geo3k")
 
 _ARR = "actor_rollout_ref"
 _CHOICES: dict[str, tuple[str, ...]] = {
@@ -271,7 +267,7 @@ def _check_combinations(cfg: Config, bad: Callable[[str, str], None], problems: 
     if arr.rollout.name != "native" and tp >= 1 and world >= 1 and world % tp:
         bad(f"{_ARR}.rollout.tensor_model_parallel_size",
             f"must divide the device count {world} (trainer.n_gpus_per_node x trainer.nnodes); "
-            f"use one of {', '.join(map(str, _divisors(world)))}")
+            f"use one of {', '.join(map(str, divisors(world)))}")
 
 
 def execution_backend(cfg: Config) -> str:
@@ -332,7 +328,7 @@ def _check_divisibility(cfg: Config, problems: list[str]) -> None:
         problems.append(
             f"  - data.train_batch_size={train} is not a multiple of {mini_key}={mini}: each step's prompts must "
             f"split into whole mini-batches; set {mini_key} to a divisor of {train} "
-            f"(e.g. {_near_divisors(train, mini)}) or data.train_batch_size to a multiple of {mini}"
+            f"(e.g. {near_divisors(train, mini)}) or data.train_batch_size to a multiple of {mini}"
         )
     if (train * n) % world and not (mini * n) % world:  # else the mini-batch message below says it
         problems.append(
@@ -361,7 +357,7 @@ def _check_divisibility(cfg: Config, problems: list[str]) -> None:
         problems.append(
             f"  - responses per mini-batch per device = {mini * n} / {world} = {per_device} is not a multiple of "
             f"the micro-batch size {micro} ({source}); set {micro_key}_per_gpu to a divisor of {per_device} "
-            f"(e.g. {_near_divisors(per_device, micro)})"
+            f"(e.g. {near_divisors(per_device, micro)})"
         )
 
 
@@ -427,14 +423,3 @@ def _get(obj: Any, key: str) -> Any:
 
 def _show(value: Any) -> str:
     return "null" if value is None else str(value)
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def _near_divisors(n: int, around: int) -> str:
-    """The divisors of ``n`` nearest to ``around``, as 'a or b'."""
-    below = [d for d in _divisors(n) if d < around][-1:]
-    above = [d for d in _divisors(n) if d > around][:1]
-    return " or ".join(str(d) for d in below + above)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from thinkrl.config.choices import LOSS_AGG_MODES, near_divisors
 from thinkrl.config.schema import Config
 
 _ARR = "actor_rollout_ref"
@@ -85,8 +86,6 @@ def _per_device(per_gpu: int | None, total: int | None, name: str, *, world: int
 
 def critic_problems(cfg: Config) -> list[str]:
     """Every problem of the critic's keys, one '  - key=value: fix' line each."""
-    from thinkrl.config.checks import LOSS_AGG_MODES, _near_divisors  # checks imports this module
-
     critic, problems = cfg.critic, []
 
     def bad(key: str, value, fix: str) -> None:
@@ -145,7 +144,7 @@ def critic_problems(cfg: Config) -> list[str]:
     if train % mini:
         bad(key, critic.ppo_mini_batch_size,
             f"data.train_batch_size={train} must split into whole critic mini-batches of {mini} prompts; "
-            f"set {key} to a divisor of {train} (e.g. {_near_divisors(train, mini)})")
+            f"set {key} to a divisor of {train} (e.g. {near_divisors(train, mini)})")
     elif (mini * n) % world:
         bad(key, critic.ppo_mini_batch_size, f"{mini} prompts x {_ARR}.rollout.n {n} = {mini * n} responses "
             f"do not split evenly over {world} devices; change it, rollout.n or the device count")
@@ -154,5 +153,5 @@ def critic_problems(cfg: Config) -> list[str]:
         bad("critic.ppo_micro_batch_size_per_gpu", critic.ppo_micro_batch_size_per_gpu,
             f"the critic's {per_device} responses per mini-batch per device are not a multiple of the "
             f"micro-batch size {micro} ({sizes.micro_batch_source}); set critic.ppo_micro_batch_size_per_gpu "
-            f"to a divisor of {per_device} (e.g. {_near_divisors(per_device, micro)})")
+            f"to a divisor of {per_device} (e.g. {near_divisors(per_device, micro)})")
     return problems

@@ -102,7 +102,7 @@ def inactive_settings(cfg: Config) -> list[str]:
              "policy_loss.loss_mode is not kl_cov")
     if loss != "sapo":
         note((f"{_ARR}.actor.tau_pos", f"{_ARR}.actor.tau_neg"), "policy_loss.loss_mode is not sapo")
-    if loss in ("gspo", "sapo", "geo_mean"):
+    if loss in ("sapo", "geo_mean"):
         note((f"{_ARR}.actor.loss_agg_mode",), f"{loss} fixes its own aggregation (see its docstring)")
     if not cfg.algorithm.filter_groups.enable:
         note(("algorithm.filter_groups.metric", "algorithm.filter_groups.max_num_gen_batches"),

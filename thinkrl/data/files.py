@@ -8,12 +8,11 @@ Every problem is reported with the file, the row and the column.
 
 from __future__ import annotations
 
-import difflib
 import glob
 import os
 from pathlib import Path
 
-from thinkrl.errors import SetupError
+from thinkrl.errors import SetupError, nearest_files
 
 SUFFIXES = (".parquet",)
 
@@ -50,21 +49,6 @@ def _fix_path(key: str, path: Path) -> str:
     # cause (a seed run's IndexError); the nearest names usually show it.
     return (f"point {key} at the files your preprocessing wrote (the full name, prefix "
             f"included).{nearest_files(path)}")
-
-
-def nearest_files(path: Path) -> str:
-    """' Nearest existing files in F: ...' from the deepest folder of `path`
-    that exists (for error messages about a path that does not)."""
-    folder = path.parent
-    while not folder.is_dir() and folder != folder.parent:
-        folder = folder.parent
-    if not folder.is_dir():
-        return ""
-    names = sorted(p.name for p in folder.iterdir())
-    close = difflib.get_close_matches(path.name, names, n=5, cutoff=0.3) or names[:5]
-    if not close:
-        return f" The folder {folder} is empty."
-    return f" Nearest existing files in {folder}: {', '.join(close)}."
 
 
 def read_rows(path: Path, *, prompt_key: str, reward_fn_key: str,

@@ -178,19 +178,6 @@ def vision_tokens(height: int, width: int, *, min_pixels: int, max_pixels: int,
     return (h // unit) * (w // unit)
 
 
-def run_image_encoder(cfg, tokenizer, *, model_path: str | None = None) -> ImageEncoder | None:
-    """The image encoder of the run's model; None for a text-only model."""
-    from thinkrl import builtin
-    from thinkrl.models.vision import is_vision_model
-
-    path = model_path or cfg.actor_rollout_ref.model.path
-    if builtin.is_builtin(path) or not is_vision_model(path):
-        return None
-    return ImageEncoder.from_model(path, tokenizer, min_pixels=cfg.data.min_pixels,
-                                   max_pixels=cfg.data.max_pixels,
-                                   trust_remote_code=cfg.actor_rollout_ref.model.trust_remote_code)
-
-
 def check_image_backend(cfg, prompts) -> None:
     """Image prompts under trainer.backend=ray need a frozen vision tower:
     FSDP2 then gathers it with the root on every rank (a rank whose rows hold

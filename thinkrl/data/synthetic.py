@@ -41,6 +41,8 @@ MAX_TOTAL = 20
 # problems of seed DATA_SEED, and every other set is drawn after them.
 DATA_SEED = 2024
 TEST_SIZE = 200
+ARITH_TRAIN_SIZE = 2000
+"""Problems in the training split of `builtin:arith/train` (thinkrl.builtin)."""
 
 
 @dataclass(frozen=True, slots=True)

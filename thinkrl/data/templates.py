@@ -42,6 +42,8 @@ response, where the R1 rewards and MindSpeed-RL's verifiers check it.
 
 from __future__ import annotations
 
+from thinkrl.config.choices import TEMPLATES
+
 R1_INSTRUCTION = (
     "A conversation between User and Assistant. The user asks a question, and the Assistant "
     "solves it. The assistant first thinks about the reasoning process in the mind and then "
@@ -50,7 +52,6 @@ R1_INSTRUCTION = (
     "process here </think><answer> answer here </answer>. Put your final answer within "
     "\\boxed{}."
 )
-TEMPLATES = ("chat", "qwen_r1", "r1_system", "raw")
 QWEN_R1_SYSTEM = "You are a helpful assistant."
 """MindSpeed-RL's `default_system` of `qwen_r1`."""
 _PLAIN_SPEAKERS = {"user": "User", "assistant": "Assistant"}

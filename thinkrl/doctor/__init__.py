@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import importlib
 
-from thinkrl.doctor.core import (Check, CheckResult, DoctorContext, NotChecked, has_failure,
-                                 run_check, run_checks)
+from thinkrl.doctor.context import DoctorContext, NotChecked
+from thinkrl.doctor.core import Check, CheckResult, has_failure, run_check, run_checks
 
 __all__ = ["FAMILIES", "Check", "CheckResult", "DoctorContext", "NotChecked", "all_checks",
            "diagnose", "has_failure", "run_check", "run_checks"]

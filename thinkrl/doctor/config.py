@@ -1,14 +1,16 @@
 """Config checks: batch sizes, backend, devices, parallel sizes and layouts.
 
 The batch-size and backend rules live in `thinkrl.config.checks.validate`
-and `thinkrl.build.check_backend`; these checks call them and turn their
+and `thinkrl.preflight.check_backend`; these checks call them and turn their
 messages into rows, so a rule and its wording exist once.
 """
 
 from __future__ import annotations
 
 
-from thinkrl.doctor.core import CheckResult, DoctorContext, NotChecked, fail, ok, warn
+from thinkrl.preflight import check_backend as build_check_backend
+from thinkrl.doctor.context import DoctorContext, NotChecked
+from thinkrl.doctor.core import CheckResult, fail, ok, warn
 from thinkrl.doctor.shards import read_sharded_layout
 from thinkrl.errors import problem_and_fix
 
@@ -38,7 +40,6 @@ def _split_problem(problem: str) -> tuple[str, str]:
 
 def check_backend(ctx: DoctorContext) -> CheckResult:
     """What this release can run: the same function `build_run` calls."""
-    from thinkrl.build import check_backend as build_check_backend
 
     from thinkrl.config import execution_backend
 

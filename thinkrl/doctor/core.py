@@ -1,4 +1,5 @@
-"""What every doctor check shares: the result type, the run's context, the runner.
+"""What every doctor check shares: the result type and the runner (the
+run's context is `thinkrl.doctor.context`).
 
 A check is a plain function `check(ctx: DoctorContext) -> CheckResult | list[CheckResult]`
 listed in the `CHECKS` list of its family module (`thinkrl.doctor.config`,
@@ -11,14 +12,12 @@ says `skip` with the reason, instead of repeating the other check's failure.
 
 from __future__ import annotations
 
-import functools
-import os
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Literal
 
-from thinkrl.config.schema import Config
+from thinkrl.doctor.context import DoctorContext, NotChecked
 
 Status = Literal["ok", "warn", "fail", "skip"]
 STATUSES: tuple[Status, ...] = ("ok", "warn", "fail", "skip")
@@ -56,87 +55,7 @@ def fail(check: str, found: str, fix: str) -> CheckResult:
     return CheckResult(check, "fail", found, fix)
 
 
-class NotChecked(Exception):
-    """Raised by a context property whose input is broken; the runner turns it
-    into a `skip` row carrying this message."""
-
-
 Check = Callable[["DoctorContext"], "CheckResult | list[CheckResult]"]
-
-
-@dataclass
-class DoctorContext:
-    """One run's config and what the checks share, each computed once on
-    first use (loading the tokenizer serves the model, data and memory checks)."""
-
-    cfg: Config
-    log: Callable[[str], None] = field(default=lambda _msg: None)
-    """Where progress notes go (building a built-in asset, ...)."""
-    env: Mapping[str, str] = field(default_factory=lambda: os.environ)
-    """Environment variables (a mapping, so tests can pass their own)."""
-    memo: dict[str, Any] = field(default_factory=dict)
-    """What one check computed for others (see `remember`), by name."""
-
-    def remember(self, key: str, compute: Callable[[], Any]) -> Any:
-        """`compute()` once per context; a NotChecked it raises is raised again
-        on every later call, so every dependent check skips with the reason."""
-        if key not in self.memo:
-            try:
-                self.memo[key] = compute()
-            except NotChecked as why:
-                self.memo[key] = why
-        value = self.memo[key]
-        if isinstance(value, NotChecked):
-            raise NotChecked(str(value))
-        return value
-
-    @functools.cached_property
-    def sizes(self):
-        """The derived per-device sizes (`config.checks.validate`)."""
-        from thinkrl.config import validate
-
-        try:
-            return validate(self.cfg)
-        except ValueError:
-            raise NotChecked("needs valid batch sizes: see config/validate") from None
-
-    @functools.cached_property
-    def model_path(self) -> str:
-        """actor_rollout_ref.model.path with a `builtin:` name resolved to its folder."""
-        from thinkrl import builtin
-
-        try:
-            return builtin.resolve_model_path(self.cfg.actor_rollout_ref.model.path, log=self.log)
-        except ValueError as err:
-            raise NotChecked(f"needs the model: {err}") from None
-
-    @functools.cached_property
-    def model_config(self):
-        """The model's Hugging Face config (config.json only, no weights)."""
-        from thinkrl.doctor.model import load_model_config
-
-        return load_model_config(self)
-
-    @functools.cached_property
-    def tokenizer(self):
-        """The run's tokenizer, loaded as `thinkrl.build` loads it."""
-        from thinkrl.doctor.model import load_run_tokenizer
-
-        return load_run_tokenizer(self)
-
-    @functools.cached_property
-    def param_count(self) -> int:
-        from thinkrl.doctor.model import estimate_param_count
-
-        return estimate_param_count(self.model_config)
-
-    @functools.cached_property
-    def device_kind(self) -> str:
-        """"cpu", "cuda" or "npu": trainer.device, with `auto` decided as
-        `thinkrl.parallel.device.resolve_device` decides it."""
-        from thinkrl.doctor.environment import detect_device_kind
-
-        return detect_device_kind(self)
 
 
 def run_check(check: Check, ctx: DoctorContext) -> list[CheckResult]:

@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from thinkrl.doctor.core import CheckResult, DoctorContext, NotChecked, fail, gib, ok, warn
+from thinkrl.doctor.context import DoctorContext, NotChecked
+from thinkrl.doctor.core import CheckResult, fail, gib, ok, warn
 from thinkrl.errors import problem_and_fix
 
 SAMPLED_ROWS = 1000

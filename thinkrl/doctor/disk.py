@@ -16,8 +16,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from thinkrl.assets import total_training_steps
 from thinkrl.config import execution_backend
-from thinkrl.doctor.core import CheckResult, DoctorContext, NotChecked, fail, gib, ok, warn
+from thinkrl.doctor.context import DoctorContext, NotChecked
+from thinkrl.doctor.core import CheckResult, fail, gib, ok, warn
 
 BYTES_PER_PARAM_CHECKPOINT = 4 + 8
 """A resumable checkpoint: fp32 weights (4 bytes) + AdamW's two fp32 moments (8 bytes)."""
@@ -128,8 +130,6 @@ def _resumed_bytes(ctx: DoctorContext) -> int:
 
 def _checkpoint_count(ctx: DoctorContext) -> int:
     """Checkpoints a run keeps when max_actor_ckpt_to_keep is unset: all."""
-    from thinkrl.build import total_training_steps
-
     trainer = ctx.cfg.trainer
     batches_per_epoch = 1
     if trainer.total_training_steps is None:

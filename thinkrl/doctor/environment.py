@@ -4,26 +4,11 @@ reads, and torch_npu's serialization patch.
 
 from __future__ import annotations
 
-from thinkrl.doctor.core import CheckResult, DoctorContext, ok, warn, fail
-from thinkrl.doctor.versions import torch_npu_module
+from thinkrl.doctor.context import DoctorContext, torch_npu_module
+from thinkrl.doctor.core import CheckResult, fail, ok, warn
+from thinkrl.rollout.vllm_engine import ascend_nz_problem
 
 VISIBLE_VARIABLE = {"cuda": "CUDA_VISIBLE_DEVICES", "npu": "ASCEND_RT_VISIBLE_DEVICES"}
-
-
-def detect_device_kind(ctx: DoctorContext) -> str:
-    """trainer.device, with `auto` decided as `parallel.device.resolve_device`
-    does (cuda, then npu, then cpu), without failing when it is unavailable."""
-    import torch
-
-    name = ctx.cfg.trainer.device
-    if name != "auto":
-        return name
-    if torch.cuda.is_available():
-        return "cuda"
-    npu = getattr(torch, "npu", None)
-    if torch_npu_module() is not None and npu is not None and npu.is_available():
-        return "npu"
-    return "cpu"
 
 
 def visible_devices(kind: str) -> tuple[int, str]:
@@ -36,18 +21,6 @@ def visible_devices(kind: str) -> tuple[int, str]:
         npu = getattr(torch, "npu", None)
         return (npu.device_count() if npu is not None else 0), VISIBLE_VARIABLE["npu"]
     return 1, ""
-
-
-def ascend_nz_problem(env) -> tuple[str, str] | None:
-    """(what is wrong, the fix) when vllm-ascend would store weights in the
-    FRACTAL_NZ layout (VLLM_ASCEND_ENABLE_NZ not 0); None when it would not.
-    Shared by the doctor and the vLLM engine's start-up check."""
-    value = env.get("VLLM_ASCEND_ENABLE_NZ")
-    if value == "0":
-        return None
-    return (f"VLLM_ASCEND_ENABLE_NZ={value if value is not None else '(unset: NZ on)'}",
-            "export VLLM_ASCEND_ENABLE_NZ=0 before starting (RL needs exact weight layouts; "
-            "vllm-ascend refuses: \"FRACTAL_NZ mode is enabled\")")
 
 
 def check_vllm_ascend_nz(ctx: DoctorContext) -> CheckResult:

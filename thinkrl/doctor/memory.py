@@ -40,15 +40,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from thinkrl.assets import val_batch_size
 from thinkrl.config import execution_backend
-from thinkrl.doctor.core import CheckResult, DoctorContext, NotChecked, fail, gib, ok, warn
+from thinkrl.doctor.context import DoctorContext, NotChecked
+from thinkrl.doctor.core import CheckResult, fail, gib, ok, warn
 
 WARN_FRACTION = 0.85
 _ARR = "actor_rollout_ref"
 _ONE_DEVICE = ("one device holds all of it; with more devices (trainer.n_gpus_per_node, "
                "trainer.nnodes) FSDP2 shards it over them")
 FIXES = {
-    # Only what the native engine accepts now (thinkrl.build.check_backend
+    # Only what the native engine accepts now (thinkrl.preflight.check_backend
     # refuses other engines).
     "weights": f"use a smaller model ({_ARR}.model.path): fp32 weights, gradients and AdamW "
                f"take 16 bytes per parameter and {_ONE_DEVICE}",
@@ -138,7 +140,6 @@ def estimate_memory(ctx: DoctorContext) -> MemoryEstimate:
     train_seqs = sizes.prompts_per_step * sizes.responses_per_prompt
     val = arr.rollout.val_kwargs
     try:
-        from thinkrl.build import val_batch_size
         from thinkrl.doctor.data import KEYS, dataset_of
         val_seqs = val_batch_size(cfg, len(dataset_of(ctx, KEYS[1]).rows)) * max(val.n, 1)
     except NotChecked:

@@ -7,112 +7,15 @@ and memory checks.
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
 
-from thinkrl.doctor.core import CheckResult, DoctorContext, NotChecked, fail, ok, warn
+from thinkrl.doctor.context import DoctorContext, NotChecked
+from thinkrl.doctor.core import CheckResult, fail, ok, warn
 from thinkrl.errors import problem_and_fix
 
 REWARD_MARKUP = ("<think>", "</think>", "<answer>", "</answer>", "\\boxed{")
 """What the r1 and math rewards look for in a decoded response."""
 _R1_RUN = ("qwen_r1", "r1_system")
-
-
-def fetchable(ctx: DoctorContext, path: str) -> str:
-    """`path` itself when it is a local folder or the hub can be reached; its
-    snapshot folder when it is a hub id already in the Hugging Face cache;
-    else OSError at once (offline, transformers would retry for minutes)."""
-    if Path(path).expanduser().exists():
-        return path
-
-    def compute() -> str:
-        from huggingface_hub import snapshot_download
-
-        try:
-            return snapshot_download(path, local_files_only=True)
-        except Exception:  # not cached, or not a valid repo id: ask the hub below
-            pass
-        endpoint = ctx.env.get("HF_ENDPOINT", "https://huggingface.co")
-        if ctx.env.get("HF_HUB_OFFLINE", "0") not in ("0", "") or not _reachable(endpoint):
-            return OSError(f"{path} is not a local folder, not in the Hugging Face cache "
-                           f"(HF_HOME), and {endpoint} cannot be reached from here")
-        return path
-    found = ctx.remember(f"fetchable:{path}", compute)
-    if isinstance(found, OSError):
-        raise found
-    return found
-
-
-def _reachable(url: str, timeout_s: float = 3.0) -> bool:
-    import socket
-    from urllib.parse import urlparse
-
-    parts = urlparse(url)
-    try:
-        socket.create_connection((parts.hostname, parts.port or 443), timeout=timeout_s).close()
-    except OSError:
-        return False
-    return True
-
-
-def load_model_config(ctx: DoctorContext):
-    """AutoConfig of the run's model (with model.override_config applied)."""
-    from transformers import AutoConfig
-
-    model = ctx.cfg.actor_rollout_ref.model
-    try:
-        path = fetchable(ctx, ctx.model_path)
-        if model.external_lib:
-            import importlib
-            importlib.import_module(model.external_lib)
-        return AutoConfig.from_pretrained(path, trust_remote_code=model.trust_remote_code,
-                                          **model.override_config)
-    except Exception as err:  # OSError, ValueError, ImportError, a remote-code error ...
-        ctx.memo["model-config-error"] = err
-        raise NotChecked("needs the model's config: see model/config") from None
-
-
-def load_run_tokenizer(ctx: DoctorContext):
-    """The tokenizer exactly as `thinkrl.build` loads it."""
-    from thinkrl.build import tokenizer_options, tokenizer_path
-    from thinkrl.models.loading import load_tokenizer
-
-    path = tokenizer_path(ctx.cfg, ctx.model_path)
-    try:
-        return load_tokenizer(fetchable(ctx, path), **tokenizer_options(ctx.cfg))
-    except (OSError, ValueError) as err:
-        ctx.memo["tokenizer-error"] = err
-        raise NotChecked("needs the tokenizer: see model/tokenizer") from None
-
-
-def estimate_param_count(config) -> int:
-    """Parameters of a decoder-only transformer (Llama / Qwen2 / Mistral
-    family: gated MLP, grouped-query attention) from its config.
-
-        embed  = V*h                 (+ V*h for the LM head unless tied)
-        layer  = h*(a*d) + 2*h*(k*d) + (a*d)*h     q, k, v, o projections
-               + (a*d + 2*k*d) if q/k/v have biases (Qwen2)
-               + 3*h*i                             gate, up, down
-               + 2*h                               two RMSNorms
-        total  = embed + L*layer + h               final norm
-
-    V vocab_size, h hidden_size, i intermediate_size, L num_hidden_layers,
-    a num_attention_heads, k num_key_value_heads, d head_dim (h/a unless
-    given). Multimodal configs count their text model only; mixtures of
-    experts are not modelled (they count one expert).
-    """
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    h, layers, vocab = text.hidden_size, text.num_hidden_layers, text.vocab_size
-    heads = text.num_attention_heads
-    kv_heads = getattr(text, "num_key_value_heads", None) or heads
-    head_dim = getattr(text, "head_dim", None) or h // heads
-    qkv_bias = getattr(text, "attention_bias", text.model_type.startswith("qwen2"))
-    attention = h * heads * head_dim * 2 + 2 * h * kv_heads * head_dim
-    if qkv_bias:
-        attention += heads * head_dim + 2 * kv_heads * head_dim
-    layer = attention + 3 * h * text.intermediate_size + 2 * h
-    embeddings = vocab * h * (1 if getattr(text, "tie_word_embeddings", False) else 2)
-    return embeddings + layers * layer + h
 
 
 def check_config(ctx: DoctorContext) -> CheckResult:

@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 
-from thinkrl.doctor.core import CheckResult, DoctorContext, fail, ok, warn
+from thinkrl.doctor.context import DoctorContext, torch_npu_module
+from thinkrl.doctor.core import CheckResult, fail, ok, warn
 
 PACKAGES = ("torch", "transformers", "ray", "vllm", "torch_npu", "vllm_ascend")
 CANN_INFO_GLOBS = (
@@ -136,19 +137,6 @@ def check_known_bad(ctx: DoctorContext) -> list[CheckResult]:
             results.append(fail("versions/known-bad", f"{package} {installed[package]}{context}: "
                                 f"{bad['reason']}", bad["fix"]))
     return results or [ok("versions/known-bad", "no installed build is listed as broken")]
-
-
-def torch_npu_module():
-    """torch_npu when it is installed (imported then), else None."""
-    import importlib.util
-    import sys
-
-    if "torch_npu" in sys.modules:
-        return sys.modules["torch_npu"]
-    if importlib.util.find_spec("torch_npu") is None:
-        return None
-    import torch_npu
-    return torch_npu
 
 
 def check_npu_ops(ctx: DoctorContext) -> CheckResult:

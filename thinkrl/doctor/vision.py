@@ -9,7 +9,9 @@ passes here loads at start.
 
 from __future__ import annotations
 
-from thinkrl.doctor.core import CheckResult, DoctorContext, NotChecked, fail, ok, warn
+from thinkrl.assets import run_image_encoder
+from thinkrl.doctor.context import DoctorContext, NotChecked
+from thinkrl.doctor.core import CheckResult, fail, ok, warn
 from thinkrl.doctor.data import KEYS, SAMPLED_ROWS, dataset_of
 
 VISION_TOKEN_NAMES = ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>")
@@ -36,7 +38,6 @@ def _rows_with_images(ctx: DoctorContext, key: str) -> list[tuple[int, dict]]:
 
 def _encoder(ctx: DoctorContext):
     def compute():
-        from thinkrl.data.images import run_image_encoder
 
         try:
             return run_image_encoder(ctx.cfg, ctx.tokenizer, model_path=ctx.model_path)

@@ -18,6 +18,7 @@ from torch import Tensor
 from thinkrl.models.fused_head import head_logprobs
 from thinkrl.models.lean_decoder import LeanSpec, lean_spec
 from thinkrl.models.logprobs import entropy_from_logits, logprobs_from_logits
+from thinkrl.models.micro_batches import agreed_micro_batches, micro_batch_rows
 from thinkrl.models.shared_prompt import shared_prompt_hidden, shared_prompt_logits
 from thinkrl.models.vision import image_kwargs, to_model_positions
 from thinkrl.records import ModelInputs
@@ -146,8 +147,6 @@ def batched_response_logprobs(model: torch.nn.Module, input_ids: Tensor, attenti
     """`response_logprobs` without gradient, `micro_batch_size` rows at a time
     (or, with `max_tokens`, as many rows as fit that many tokens:
     `micro_batch_rows`). CPU tensors in, CPU [N, R] out."""
-    from thinkrl.workers.mini_batches import agreed_micro_batches, micro_batch_rows
-
     device = device or next(model.parameters()).device  # offloaded shards: the compute device
     was_training = model.training
     model.eval()
@@ -176,7 +175,7 @@ def idle_pass(model: torch.nn.Module, *, device: torch.device, backward: bool = 
     the result dropped and the gradient it leaves exactly zero: a rank with
     fewer micro-batches than another runs it in place of the missing ones,
     so that it joins the collectives the sharded model runs in every pass
-    (`thinkrl.workers.mini_batches.agreed_micro_batches`)."""
+    (`thinkrl.models.micro_batches.agreed_micro_batches`)."""
     one = torch.ones(1, 1, dtype=torch.long, device=device)
     out = model(input_ids=torch.zeros_like(one), attention_mask=one, use_cache=False)
     if backward:

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from thinkrl.data.files import nearest_files
+from thinkrl.errors import nearest_files
 
 RewardFunction = Callable[..., "float | dict[str, float]"]
 

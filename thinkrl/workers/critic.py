@@ -26,12 +26,13 @@ from thinkrl.checkpoint.sharded import CRITIC_FILES, is_sharded_checkpoint, load
 from thinkrl.config.critic_checks import CriticSizes
 from thinkrl.config.schema import CriticConfig
 from thinkrl.models.forward import idle_pass
+from thinkrl.models.micro_batches import agreed_micro_batches
 from thinkrl.models.value import response_values
 from thinkrl.parallel.distributed import sum_over_ranks
 from thinkrl.parallel.fsdp import full_tensor, is_sharded
 from thinkrl.records import CriticBatch
 from thinkrl.workers.actor import ResumableUpdate, make_adamw, make_lr_schedule
-from thinkrl.workers.mini_batches import MiniBatch, agreed_micro_batches, plan_mini_batches
+from thinkrl.workers.mini_batches import MiniBatch, plan_mini_batches
 
 
 class CriticWorker(ResumableUpdate):

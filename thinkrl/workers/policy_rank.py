@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from thinkrl.assets import sampling_seed
 from thinkrl.config import Config, DerivedSizes
 from thinkrl.models.loading import check_model_fits, load_causal_lm
 from thinkrl.models.vision import apply_model_settings, unsplit_modules
@@ -36,11 +37,6 @@ from thinkrl.workers.actor import ActorWorker
 from thinkrl.workers.critic import build_critic
 from thinkrl.workers.mini_batches import MiniBatch
 from thinkrl.workers.reference import ReferenceWorker
-
-# Rank r samples from seed + r * _RANK_SEED_STRIDE: ranks must not draw the
-# same stream, and rank 0 draws exactly what the local backend draws.
-_RANK_SEED_STRIDE = 104_729
-
 
 @dataclass(frozen=True)
 class RankSpec:
@@ -68,12 +64,6 @@ class RankSpec:
     @property
     def sampling_seed(self) -> int:
         return sampling_seed(self.cfg, rank=self.rank)
-
-
-def sampling_seed(cfg: Config, *, rank: int = 0) -> int:
-    """The native engine's seed: from trainer.seed and rollout.seed, and the rank."""
-    base = cfg.trainer.seed * 1000 + cfg.actor_rollout_ref.rollout.seed
-    return base + _RANK_SEED_STRIDE * rank
 
 
 class PolicyRank:

@@ -1,11 +1,11 @@
-"""The ray backend: one Ray actor per device, and driver-side handles to them.
+"""The ray backend: one Ray actor per device, started, met and stopped here.
 
 `RankActor` is a thin shell around `PolicyRank` (the plain class the local
 backend uses): it builds one in its process and runs its methods. The
-driver never touches a module; it holds `ActorHandle`, `ReferenceHandle`
-and `EngineHandle`, which have the methods of the local roles, split each
-batch over the ranks, call every rank, wait with a deadline, and put the
-CPU results back together in the original order.
+driver never touches a module; it holds the handles of
+`thinkrl.workers.handles`, which have the methods of the local roles, split
+each batch over the ranks, call every rank through `RayWorkerGroup.call_all`
+and put the CPU results back together in the original order.
 
 Failure is loud and fast: results pass one CPU-only check where they leave
 a worker; every wait has a deadline (`trainer.ray_wait_timeout_s`) naming
@@ -24,12 +24,6 @@ from pathlib import Path
 
 import torch
 
-from thinkrl.algos.kl import get_kl_estimator
-from thinkrl.config.critic_checks import uses_critic
-from thinkrl.records import PromptBatch, Rollouts, TrainBatch
-from thinkrl.rollout.base import SamplingParams
-from thinkrl.workers.mini_batches import (balanced_shares, contiguous_shares, plan_mini_batches,
-                                          split_mini_batch)
 from thinkrl.workers.policy_rank import RankSpec
 
 
@@ -94,7 +88,8 @@ class RankActor:
 
 
 class RayWorkerGroup:
-    """The ranks of one run; `actor`, `reference` and `engine` are its faces."""
+    """The ranks of one run: their lifecycle, and `call_all`, which the
+    driver-side role handles (`thinkrl.workers.handles`) call them through."""
 
     def __init__(self, spec: RankSpec, workers: list, places: list[dict], log_files: list[str],
                  *, started_cluster: bool, groups: list) -> None:
@@ -103,14 +98,6 @@ class RayWorkerGroup:
         self.timeout_s = spec.cfg.trainer.ray_wait_timeout_s
         self.started_cluster, self.groups = started_cluster, groups
         self.rendezvous_dir: Path | None = None
-        self.actor = ActorHandle(self)
-        self.reference = ReferenceHandle(self) if spec.with_reference else None
-        self.engine = EngineHandle(self)
-        # PPO with a critic (algorithm.adv_estimator=gae): every rank holds a shard of it.
-        self.critic = None
-        if uses_critic(spec.cfg):
-            from thinkrl.workers.ray_critic import CriticHandle  # it imports this module
-            self.critic = CriticHandle(self)
 
     @classmethod
     def start(cls, spec: RankSpec, *, log=print) -> "RayWorkerGroup":
@@ -268,176 +255,3 @@ class RayWorkerGroup:
             remove_placement_group(group)
         if self.started_cluster:
             ray.shutdown()
-
-
-def _scatter_rows(sequences: tuple, shares: list[torch.Tensor]) -> list[tuple]:
-    return [tuple(t[rows] for t in sequences) for rows in shares]
-
-
-def _gather_rows(parts: list[torch.Tensor], shares: list[torch.Tensor]) -> torch.Tensor:
-    """Rank results back in the original row order."""
-    n = sum(len(rows) for rows in shares)
-    out = torch.empty((n, *parts[0].shape[1:]), dtype=parts[0].dtype)
-    for rows, part in zip(shares, parts):
-        out[rows] = part
-    return out
-
-
-def row_shares(group: RayWorkerGroup, attention_mask: torch.Tensor) -> list[torch.Tensor]:
-    """Rows per rank, equal in count: balanced by tokens (trainer.balance_batch,
-    verl's name) or consecutive."""
-    if group.spec.cfg.trainer.balance_batch:
-        return balanced_shares(attention_mask.sum(-1), group.world_size)
-    return contiguous_shares(attention_mask.shape[0], group.world_size)
-
-
-class _LogProbs:
-    def __init__(self, group: RayWorkerGroup, method: str, stage: str) -> None:
-        self.group, self.method, self.stage = group, method, stage
-
-    def __call__(self, input_ids, attention_mask, position_ids, *, response_length: int,
-                 model_inputs=None):
-        """[N, P + R] -> [N, R]: equal row counts per rank (see row_shares);
-        the rows' images (`model_inputs`, VL models) go with them."""
-        shares = row_shares(self.group, attention_mask)
-        rows = _scatter_rows((input_ids, attention_mask, position_ids), shares)
-        if model_inputs is not None:
-            rows = [(*part, model_inputs.select(share)) for part, share in zip(rows, shares)]
-        parts = self.group.call_all(self.stage, self.method, rows,
-                                    response_length=response_length)
-        return _gather_rows(parts, shares)
-
-
-def update_state(group: RayWorkerGroup, role: str, shuffle_generator: torch.Generator) -> dict:
-    """A trained role's `ResumableUpdate.state_dict` across the group: the
-    ranks' LR schedule (rank 0's; all are equal) and the driver's shuffle generator."""
-    schedule = group.call_all("save_checkpoint", "schedule_state", [(role,)] * group.world_size)[0]
-    return {**schedule, "shuffle_generator": shuffle_generator.get_state()}
-
-
-def load_update_state(group: RayWorkerGroup, role: str, shuffle_generator: torch.Generator,
-                      state: dict) -> None:
-    group.call_all("load_checkpoint", "load_schedule_state",
-                   [(role, {"scheduler": state["scheduler"]})] * group.world_size)
-    shuffle_generator.set_state(state["shuffle_generator"])
-
-
-class ActorHandle:
-    """The actor's methods, fanned out. Driver-side state: the mini-batch
-    shuffle generator (the plan is made here, with global normalisers)."""
-
-    device = torch.device("cpu")  # where the driver's own RNGs live (checkpointed)
-
-    def __init__(self, group: RayWorkerGroup) -> None:
-        actor_cfg = group.spec.cfg.actor_rollout_ref.actor
-        self.group, self.cfg = group, actor_cfg
-        self.kl_estimator = (get_kl_estimator(actor_cfg.kl_loss_type) if actor_cfg.use_kl_loss
-                             else None)
-        self.shuffle_generator = torch.Generator().manual_seed(group.spec.cfg.trainer.seed)
-        self.compute_log_prob = _LogProbs(group, "compute_log_prob", "old_log_prob")
-
-    def update_policy(self, batch: TrainBatch, *, mini_batch_size: int) -> dict[str, float]:
-        minis = plan_mini_batches(batch, mini_batch_size=mini_batch_size,
-                                  epochs=self.cfg.ppo_epochs, shuffle=self.cfg.shuffle,
-                                  generator=self.shuffle_generator,
-                                  response_length=self.group.spec.sizes.response_length)
-        world = self.group.world_size
-        shares = [split_mini_batch(m, row_shares(self.group, m.batch.attention_mask))
-                  for m in minis]
-        per_rank = [([s[r] for s in shares],) for r in range(world)]
-        # Metrics are reduced across ranks inside the update: rank 0 has them all.
-        return self.group.call_all("update_actor", "update_on", per_rank)[0]
-
-    def weight_stats(self) -> dict:
-        """ActorWorker.weight_stats over the whole model: every rank's shards."""
-        parts = self.group.call_all("guard", "weight_stats")
-        return {"nonfinite": sorted({n for p in parts for n in p["nonfinite"]}),
-                "square_sum": sum(p["square_sum"] for p in parts),
-                "vocab_size": parts[0]["vocab_size"]}
-
-    def weights(self):
-        """Colocated ranks: the optimizer step already changed the shards
-        the engine gathers, so nothing travels (see EngineHandle.update_weights)."""
-        return None
-
-    def save(self, folder: Path) -> None:
-        """Every rank writes its shards (DCP); the driver adds the model's
-        config so that `thinkrl export` can rebuild a Hugging Face folder."""
-        from transformers import AutoConfig, GenerationConfig
-
-        from thinkrl.checkpoint.sharded import ACTOR_DIR
-        self.group.call_all("save_checkpoint", "save_actor", [(str(folder),)] * self.group.world_size)
-        model = self.group.spec.cfg.actor_rollout_ref.model
-        path = self.group.spec.model_path
-        config = AutoConfig.from_pretrained(path, trust_remote_code=model.trust_remote_code,
-                                            **(model.override_config or {}))  # as loaded
-        config.save_pretrained(folder / ACTOR_DIR)
-        try:
-            GenerationConfig.from_pretrained(path).save_pretrained(folder / ACTOR_DIR)
-        except OSError:
-            pass  # the model has none
-
-    def load(self, folder: Path) -> None:
-        self.group.call_all("load_checkpoint", "load_actor", [(str(folder),)] * self.group.world_size)
-
-    def state_dict(self) -> dict:
-        return update_state(self.group, "actor", self.shuffle_generator)
-
-    def load_state_dict(self, state: dict) -> None:
-        load_update_state(self.group, "actor", self.shuffle_generator, state)
-
-    def full_weights(self) -> dict[str, torch.Tensor]:
-        """The whole model's weights on the CPU (gathered on rank 0)."""
-        return self.group.call_all("export", "full_weights")[0]
-
-
-class ReferenceHandle:
-    def __init__(self, group: RayWorkerGroup) -> None:
-        self.compute_ref_log_prob = _LogProbs(group, "compute_ref_log_prob", "ref")
-
-
-class EngineHandle:
-    """The rollout engines of all ranks: each engine generates for a
-    consecutive share of the prompts (a prompt's G responses on one engine).
-    An engine spans `rollout.tensor_model_parallel_size` consecutive ranks
-    (vllm; the native engine is one rank): all of them get the same share,
-    and the first one's responses are kept (the others computed the same)."""
-
-    def __init__(self, group: RayWorkerGroup) -> None:
-        self.group = group
-        rollout = group.spec.cfg.actor_rollout_ref.rollout
-        self.ranks_per_engine = rollout.tensor_model_parallel_size if rollout.name == "vllm" else 1
-
-    def generate(self, prompts: PromptBatch, params: SamplingParams) -> Rollouts:
-        tp = self.ranks_per_engine
-        shares = contiguous_shares(len(prompts), self.group.world_size // tp)
-        parts = self.group.call_all("gen", "generate",
-                                    [(prompts.select(shares[r // tp]), params)
-                                     for r in range(self.group.world_size)])
-        for r, part in enumerate(parts):  # one engine's ranks must agree token for token
-            if r % tp and not torch.equal(part.response_ids, parts[r - r % tp].response_ids):
-                raise RuntimeError(f"rank {r} of a tensor-parallel vLLM engine generated other "
-                                   f"tokens than rank {r - r % tp}: its workers are out of step")
-        return Rollouts.concat(parts[::tp], pad_token_id=self.group.spec.pad_token_id)
-
-    def update_weights(self, named_tensors) -> None:
-        """Rank by rank, each engine from its own actor: the native engine
-        samples from the actor's (sharded) module, so nothing moves; an engine
-        with its own weights (vllm) gets them gathered whole from the shards."""
-        assert named_tensors is None, "ray workers sync weights in place, rank by rank"
-        if self.group.spec.cfg.actor_rollout_ref.rollout.name != "native":
-            self.group.call_all("update_weights", "sync_engine")
-
-    def generator_state(self) -> list[torch.Tensor]:
-        return self.group.call_all("save_checkpoint", "generator_state")
-
-    def set_generator_state(self, state) -> None:
-        """Per-rank states of a run with the same rank count; otherwise (a
-        resume on another device count, or from a local checkpoint) rank 0
-        takes the first state and the others keep their seeds."""
-        states = state if isinstance(state, list) else [state]
-        if len(states) != self.group.world_size:
-            states = states[:1]
-        self.group.wait([worker.call.remote("load_checkpoint", "set_generator_state", s)
-                         for worker, s in zip(self.group.workers, states)],
-                        stage="load_checkpoint")

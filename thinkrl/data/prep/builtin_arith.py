@@ -7,7 +7,6 @@ question); `--template qwen_r1` gives the same set without it."""
 
 from __future__ import annotations
 
-from thinkrl import builtin
 from thinkrl.data import synthetic
 from thinkrl.data.prep.examples import Example
 
@@ -23,7 +22,7 @@ def to_example(problem: synthetic.ArithProblem, data_source: str | None = None) 
 
 
 def splits(*, data_source: str | None = None) -> dict[str, list[Example]]:
-    train, test = synthetic.split_problems(train=builtin.ARITH_TRAIN_SIZE,
+    train, test = synthetic.split_problems(train=synthetic.ARITH_TRAIN_SIZE,
                                            test=synthetic.TEST_SIZE, seed=synthetic.DATA_SEED)
     return {"train": [to_example(p, data_source) for p in train],
             "test": [to_example(p, data_source) for p in test]}

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from thinkrl.data.files import nearest_files
+from thinkrl.errors import nearest_files
 
 INPUT_SUFFIXES = (".jsonl", ".json", ".parquet")
 SPLITS = ("train", "test")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from torch import Tensor
 
+from thinkrl.checkpoint.store import kept_on_disk
 from thinkrl.errors import RunStopped
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,6 @@ class FailureBreaker:
         total = sum(n for _, _, n in self.window)
         if total == 0 or failed / total <= self.max_failure_rate:
             return
-        from thinkrl.guard import kept_on_disk  # the guard imports checkpoints and torch
 
         span = f"the last {len(self.window)} steps" if len(self.window) > 1 else "this step"
         raise RunStopped(

@@ -1,0 +1,227 @@
+"""The driver-side handles of the ray backend's roles: the methods of the
+local roles (`ActorWorker`, `ReferenceWorker`, `CriticWorker`, the engine),
+each splitting its batch over the ranks of a `RayWorkerGroup`, calling every
+rank with a deadline, and putting the CPU results back in the original order.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from thinkrl.algos.kl import get_kl_estimator
+from thinkrl.records import CriticBatch, PromptBatch, Rollouts, TrainBatch
+from thinkrl.rollout.base import SamplingParams
+from thinkrl.workers.mini_batches import (balanced_shares, contiguous_shares, plan_mini_batches,
+                                          split_mini_batch)
+from thinkrl.workers.ray_group import RayWorkerGroup
+
+
+def _scatter_rows(sequences: tuple, shares: list[torch.Tensor]) -> list[tuple]:
+    return [tuple(t[rows] for t in sequences) for rows in shares]
+
+
+def _gather_rows(parts: list[torch.Tensor], shares: list[torch.Tensor]) -> torch.Tensor:
+    """Rank results back in the original row order."""
+    n = sum(len(rows) for rows in shares)
+    out = torch.empty((n, *parts[0].shape[1:]), dtype=parts[0].dtype)
+    for rows, part in zip(shares, parts):
+        out[rows] = part
+    return out
+
+
+def row_shares(group: RayWorkerGroup, attention_mask: torch.Tensor) -> list[torch.Tensor]:
+    """Rows per rank, equal in count: balanced by tokens (trainer.balance_batch,
+    verl's name) or consecutive."""
+    if group.spec.cfg.trainer.balance_batch:
+        return balanced_shares(attention_mask.sum(-1), group.world_size)
+    return contiguous_shares(attention_mask.shape[0], group.world_size)
+
+
+class RowShardedCall:
+    """A log-prob or value pass over the ranks: each rank gets an equal share of
+    the rows (`row_shares`), the results come back in the original order."""
+
+    def __init__(self, group: RayWorkerGroup, method: str, stage: str) -> None:
+        self.group, self.method, self.stage = group, method, stage
+
+    def __call__(self, input_ids, attention_mask, position_ids, *, response_length: int,
+                 model_inputs=None):
+        """[N, P + R] -> [N, R]: equal row counts per rank (see row_shares);
+        the rows' images (`model_inputs`, VL models) go with them."""
+        shares = row_shares(self.group, attention_mask)
+        rows = _scatter_rows((input_ids, attention_mask, position_ids), shares)
+        if model_inputs is not None:
+            rows = [(*part, model_inputs.select(share)) for part, share in zip(rows, shares)]
+        parts = self.group.call_all(self.stage, self.method, rows,
+                                    response_length=response_length)
+        return _gather_rows(parts, shares)
+
+
+def update_state(group: RayWorkerGroup, role: str, shuffle_generator: torch.Generator) -> dict:
+    """A trained role's `ResumableUpdate.state_dict` across the group: the
+    ranks' LR schedule (rank 0's; all are equal) and the driver's shuffle generator."""
+    schedule = group.call_all("save_checkpoint", "schedule_state", [(role,)] * group.world_size)[0]
+    return {**schedule, "shuffle_generator": shuffle_generator.get_state()}
+
+
+def load_update_state(group: RayWorkerGroup, role: str, shuffle_generator: torch.Generator,
+                      state: dict) -> None:
+    group.call_all("load_checkpoint", "load_schedule_state",
+                   [(role, {"scheduler": state["scheduler"]})] * group.world_size)
+    shuffle_generator.set_state(state["shuffle_generator"])
+
+
+class ActorHandle:
+    """The actor's methods, fanned out. Driver-side state: the mini-batch
+    shuffle generator (the plan is made here, with global normalisers)."""
+
+    device = torch.device("cpu")  # where the driver's own RNGs live (checkpointed)
+
+    def __init__(self, group: RayWorkerGroup) -> None:
+        actor_cfg = group.spec.cfg.actor_rollout_ref.actor
+        self.group, self.cfg = group, actor_cfg
+        self.kl_estimator = (get_kl_estimator(actor_cfg.kl_loss_type) if actor_cfg.use_kl_loss
+                             else None)
+        self.shuffle_generator = torch.Generator().manual_seed(group.spec.cfg.trainer.seed)
+        self.compute_log_prob = RowShardedCall(group, "compute_log_prob", "old_log_prob")
+
+    def update_policy(self, batch: TrainBatch, *, mini_batch_size: int) -> dict[str, float]:
+        minis = plan_mini_batches(batch, mini_batch_size=mini_batch_size,
+                                  epochs=self.cfg.ppo_epochs, shuffle=self.cfg.shuffle,
+                                  generator=self.shuffle_generator,
+                                  response_length=self.group.spec.sizes.response_length)
+        world = self.group.world_size
+        shares = [split_mini_batch(m, row_shares(self.group, m.batch.attention_mask))
+                  for m in minis]
+        per_rank = [([s[r] for s in shares],) for r in range(world)]
+        # Metrics are reduced across ranks inside the update: rank 0 has them all.
+        return self.group.call_all("update_actor", "update_on", per_rank)[0]
+
+    def weight_stats(self) -> dict:
+        """ActorWorker.weight_stats over the whole model: every rank's shards."""
+        parts = self.group.call_all("guard", "weight_stats")
+        return {"nonfinite": sorted({n for p in parts for n in p["nonfinite"]}),
+                "square_sum": sum(p["square_sum"] for p in parts),
+                "vocab_size": parts[0]["vocab_size"]}
+
+    def weights(self):
+        """Colocated ranks: the optimizer step already changed the shards
+        the engine gathers, so nothing travels (see EngineHandle.update_weights)."""
+        return None
+
+    def save(self, folder: Path) -> None:
+        """Every rank writes its shards (DCP); the driver adds the model's
+        config so that `thinkrl export` can rebuild a Hugging Face folder."""
+        from transformers import AutoConfig, GenerationConfig
+
+        from thinkrl.checkpoint.sharded import ACTOR_DIR
+        self.group.call_all("save_checkpoint", "save_actor", [(str(folder),)] * self.group.world_size)
+        model = self.group.spec.cfg.actor_rollout_ref.model
+        path = self.group.spec.model_path
+        config = AutoConfig.from_pretrained(path, trust_remote_code=model.trust_remote_code,
+                                            **(model.override_config or {}))  # as loaded
+        config.save_pretrained(folder / ACTOR_DIR)
+        try:
+            GenerationConfig.from_pretrained(path).save_pretrained(folder / ACTOR_DIR)
+        except OSError:
+            pass  # the model has none
+
+    def load(self, folder: Path) -> None:
+        self.group.call_all("load_checkpoint", "load_actor", [(str(folder),)] * self.group.world_size)
+
+    def state_dict(self) -> dict:
+        return update_state(self.group, "actor", self.shuffle_generator)
+
+    def load_state_dict(self, state: dict) -> None:
+        load_update_state(self.group, "actor", self.shuffle_generator, state)
+
+    def full_weights(self) -> dict[str, torch.Tensor]:
+        """The whole model's weights on the CPU (gathered on rank 0)."""
+        return self.group.call_all("export", "full_weights")[0]
+
+
+class ReferenceHandle:
+    def __init__(self, group: RayWorkerGroup) -> None:
+        self.compute_ref_log_prob = RowShardedCall(group, "compute_ref_log_prob", "ref")
+
+
+class EngineHandle:
+    """The rollout engines of all ranks: each engine generates for a
+    consecutive share of the prompts (a prompt's G responses on one engine).
+    An engine spans `rollout.tensor_model_parallel_size` consecutive ranks
+    (vllm; the native engine is one rank): all of them get the same share,
+    and the first one's responses are kept (the others computed the same)."""
+
+    def __init__(self, group: RayWorkerGroup) -> None:
+        self.group = group
+        rollout = group.spec.cfg.actor_rollout_ref.rollout
+        self.ranks_per_engine = rollout.tensor_model_parallel_size if rollout.name == "vllm" else 1
+
+    def generate(self, prompts: PromptBatch, params: SamplingParams) -> Rollouts:
+        tp = self.ranks_per_engine
+        shares = contiguous_shares(len(prompts), self.group.world_size // tp)
+        parts = self.group.call_all("gen", "generate",
+                                    [(prompts.select(shares[r // tp]), params)
+                                     for r in range(self.group.world_size)])
+        for r, part in enumerate(parts):  # one engine's ranks must agree token for token
+            if r % tp and not torch.equal(part.response_ids, parts[r - r % tp].response_ids):
+                raise RuntimeError(f"rank {r} of a tensor-parallel vLLM engine generated other "
+                                   f"tokens than rank {r - r % tp}: its workers are out of step")
+        return Rollouts.concat(parts[::tp], pad_token_id=self.group.spec.pad_token_id)
+
+    def update_weights(self, named_tensors) -> None:
+        """Rank by rank, each engine from its own actor: the native engine
+        samples from the actor's (sharded) module, so nothing moves; an engine
+        with its own weights (vllm) gets them gathered whole from the shards."""
+        assert named_tensors is None, "ray workers sync weights in place, rank by rank"
+        if self.group.spec.cfg.actor_rollout_ref.rollout.name != "native":
+            self.group.call_all("update_weights", "sync_engine")
+
+    def generator_state(self) -> list[torch.Tensor]:
+        return self.group.call_all("save_checkpoint", "generator_state")
+
+    def set_generator_state(self, state) -> None:
+        """Per-rank states of a run with the same rank count; otherwise (a
+        resume on another device count, or from a local checkpoint) rank 0
+        takes the first state and the others keep their seeds."""
+        states = state if isinstance(state, list) else [state]
+        if len(states) != self.group.world_size:
+            states = states[:1]
+        self.group.wait([worker.call.remote("load_checkpoint", "set_generator_state", s)
+                         for worker, s in zip(self.group.workers, states)],
+                        stage="load_checkpoint")
+
+
+class CriticHandle:
+    """The critic's methods, fanned out as the actor's are (thinkrl.workers.critic).
+    Driver-side state: the mini-batch shuffle generator."""
+
+    def __init__(self, group: RayWorkerGroup) -> None:
+        self.group, self.sizes = group, group.spec.sizes.critic
+        self.shuffle_generator = torch.Generator().manual_seed(group.spec.cfg.critic.data_loader_seed)
+        self.compute_values = RowShardedCall(group, "compute_values", "values")
+
+    def update_critic(self, batch: CriticBatch) -> dict[str, float]:
+        """As ActorHandle.update_policy: planned here with the whole mini-batch's
+        normalisers, each rank trains on its share; rank 0 has the reduced metrics."""
+        minis = plan_mini_batches(batch, mini_batch_size=self.sizes.responses_per_mini_batch,
+                                  epochs=self.sizes.ppo_epochs, shuffle=self.sizes.shuffle,
+                                  generator=self.shuffle_generator,
+                                  response_length=self.group.spec.sizes.response_length)
+        shares = [split_mini_batch(m, row_shares(self.group, m.batch.attention_mask)) for m in minis]
+        per_rank = [([s[r] for s in shares],) for r in range(self.group.world_size)]
+        return self.group.call_all("update_critic", "update_critic_on", per_rank)[0]
+
+    def save(self, folder: Path) -> None:
+        self.group.call_all("save_checkpoint", "save_critic", [(str(folder),)] * self.group.world_size)
+
+    def load(self, folder: Path) -> None:
+        self.group.call_all("load_checkpoint", "load_critic", [(str(folder),)] * self.group.world_size)
+
+    def state_dict(self) -> dict:
+        return update_state(self.group, "critic", self.shuffle_generator)
+
+    def load_state_dict(self, state: dict) -> None:
+        load_update_state(self.group, "critic", self.shuffle_generator, state)
