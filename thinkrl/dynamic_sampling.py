@@ -31,7 +31,7 @@ from thinkrl.rewards.scorer import ScoreResult
 from thinkrl.rewards.scoring import decode_responses
 
 if TYPE_CHECKING:
-    from thinkrl.build import Run
+    from thinkrl.run import Run
 
 __all__ = ["ScoredRollouts", "generate_and_score"]
 

@@ -22,7 +22,7 @@ from thinkrl.metrics import StageTimer
 from thinkrl.records import CriticBatch, Rollouts, TrainBatch
 
 if TYPE_CHECKING:
-    from thinkrl.build import Run
+    from thinkrl.run import Run
 
 Sequences = tuple[Tensor, Tensor, Tensor]  # Rollouts.sequences(): ids, attention mask, positions [N, P + R]
 

@@ -18,7 +18,7 @@ import torch
 
 from thinkrl.algos.kl import get_kl_estimator
 from thinkrl.algos.rollout_correction import logprob_gap_metrics, rollout_is_weights
-from thinkrl.build import Run, build_run
+from thinkrl.build import build_run
 from thinkrl.checkpoint.resume import should_save
 from thinkrl.checkpoint.state import Progress, save_checkpoint
 from thinkrl.checkpoint.store import kept_on_disk
@@ -30,6 +30,7 @@ from thinkrl.guard import DivergenceGuard
 from thinkrl.metrics import StageTimer, rollout_metrics, throughput_metrics
 from thinkrl.ppo_critic import actor_updates, critic_values, update_critic
 from thinkrl.records import Rollouts, TrainBatch
+from thinkrl.run import Run
 from thinkrl.rewards.scoring import token_level_rewards
 
 MAX_SKIPPED_UPDATES = 3
