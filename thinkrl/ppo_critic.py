@@ -1,9 +1,9 @@
 """The stages PPO with a critic adds to the driver (algorithm.adv_estimator=gae).
 
 As verl's `RayPPOTrainer.fit`: after the reference pass the critic values
-every response token; GAE turns rewards and values into advantages (the
-registered `gae` estimator, called by the trainer like any other) and
-returns; the critic regresses on the returns; the actor updates only from
+every response token; GAE turns rewards and values into advantages and
+returns in one pass (the registered `gae` estimator, called by the trainer
+like any other); the critic regresses on the returns; the actor updates only from
 step `trainer.critic_warmup` on (verl's `critic_warmup <= global_steps`,
 steps counted from 1), so a fresh critic can learn before its advantages
 steer the policy. Without a critic every function here is a no-op.
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from torch import Tensor
 
-from thinkrl.algos.gae import explained_variance, gae_advantages_and_returns
+from thinkrl.algos.gae import explained_variance
 from thinkrl.metrics import StageTimer
 from thinkrl.records import CriticBatch, Rollouts, TrainBatch
 
@@ -37,17 +37,14 @@ def critic_values(run: Run, rollouts: Rollouts, sequences: Sequences, timer: Sta
     return values * rollouts.response_mask.float()
 
 
-def update_critic(run: Run, batch: TrainBatch, *, rewards: Tensor, values: Tensor | None,
+def update_critic(run: Run, batch: TrainBatch, *, returns: Tensor | None, values: Tensor | None,
                   timer: StageTimer) -> dict[str, float]:
-    """Regress the critic on the GAE returns of this step's `rewards` [N, R] (after any
-    KL penalty) and `values` [N, R]; verl's critic metrics. {} without a critic."""
+    """Regress the critic on the GAE `returns` [N, R] (from the advantages' own pass,
+    after any KL penalty in the rewards) with the rollout-time `values` [N, R];
+    verl's critic metrics. {} without a critic."""
     if run.critic is None:
         return {}
-    algo = run.cfg.algorithm
     mask = batch.response_mask
-    # The same GAE pass as the advantages' (the registry's estimators return one
-    # tensor each); a loop over R tokens on the CPU, negligible beside a forward pass.
-    _, returns = gae_advantages_and_returns(rewards, values, mask, gamma=algo.gamma, lam=algo.lam)
     with timer("update_critic"):
         metrics = run.critic.update_critic(CriticBatch(
             input_ids=batch.input_ids, attention_mask=batch.attention_mask,

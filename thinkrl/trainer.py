@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from thinkrl.algos.gae import AdvantageResult
 from thinkrl.algos.kl import get_kl_estimator
 from thinkrl.algos.rollout_correction import logprob_gap_metrics, rollout_is_weights
 from thinkrl.build import build_run
@@ -126,12 +127,14 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
             rewards, kl_metrics = shaped_rewards(run, rollouts, scores=scored.scores,
                                                  old_logprobs=old_logprobs,
                                                  ref_logprobs=ref_logprobs)
-            advantages = compute_advantages(run, rollouts, rewards, values=values,
-                                            reward_baselines=sampled.reward_baselines)
-            advantages, drift_metrics = rollout_drift(run, rollouts, advantages, old_logprobs)
+            estimated = compute_advantages(run, rollouts, rewards, values=values,
+                                           reward_baselines=sampled.reward_baselines)
+            advantages, drift_metrics = rollout_drift(run, rollouts, estimated.advantages,
+                                                      old_logprobs)
         batch = train_batch(run, rollouts, sequences, advantages=advantages,
                             old_logprobs=old_logprobs, ref_logprobs=ref_logprobs)
-        critic_metrics = update_critic(run, batch, rewards=rewards, values=values, timer=timer)
+        critic_metrics = update_critic(run, batch, returns=estimated.returns, values=values,
+                                       timer=timer)
         actor_metrics = update_actor(run, batch, step=step, timer=timer)
     metrics = {**actor_metrics, **critic_metrics, **kl_metrics, **drift_metrics, **timer.metrics(),
                **rollout_metrics(rollouts, scores=scored.scores, rewards=rewards,
@@ -186,9 +189,9 @@ def shaped_rewards(run: Run, rollouts: Rollouts, *, scores: torch.Tensor,
 
 def compute_advantages(run: Run, rollouts: Rollouts, rewards: torch.Tensor, *,
                        values: torch.Tensor | None = None,
-                       reward_baselines: torch.Tensor | None = None) -> torch.Tensor:
+                       reward_baselines: torch.Tensor | None = None) -> AdvantageResult:
     """run.advantage_fn (settings bound at build); the step's own inputs bound
-    here: ReMax's greedy baselines, GAE's critic values."""
+    here: ReMax's greedy baselines, GAE's critic values (and its returns come back)."""
     step_inputs = {name: value for name, value in (("reward_baselines", reward_baselines),
                                                    ("values", values)) if value is not None}
     return run.advantage_fn(rewards, rollouts.response_mask.float(), rollouts.group_ids, **step_inputs)
@@ -221,7 +224,7 @@ def update_actor(run: Run, batch: TrainBatch, *, step: int, timer: StageTimer) -
     if not actor_updates(run, step):
         return {}
     with timer("update_actor"):
-        metrics = run.actor.update_policy(batch, mini_batch_size=run.sizes.responses_per_mini_batch)
+        metrics = run.actor.update_policy(batch)
     with timer("update_weights"):
         run.engine.update_weights(run.actor.weights())
     return metrics

@@ -128,8 +128,10 @@ def test_registry_matches_the_config_choices():
 def test_build_binds_each_estimators_own_settings():
     rewards, mask = _one_token(SCORES)
     dr_grpo = build_advantage_estimator(AlgorithmConfig(norm_adv_by_std_in_grpo=False))
-    torch.testing.assert_close(dr_grpo(rewards, mask, GROUPS),
+    result = dr_grpo(rewards, mask, GROUPS)
+    torch.testing.assert_close(result.advantages,
                                grpo_outcome_advantage(rewards, mask, GROUPS, norm_adv_by_std_in_grpo=False))
+    assert result.returns is None  # only an estimator with a critic has returns
     rpp = build_advantage_estimator(AlgorithmConfig(adv_estimator="reinforce_plus_plus", gamma=0.5))
     assert rpp.keywords == {"gamma": 0.5}
     # An estimator without settings gets no GRPO keyword.

@@ -69,9 +69,12 @@ def test_the_registered_estimator_binds_gamma_and_lam():
     fn = build_advantage_estimator(AlgorithmConfig(adv_estimator="gae", gamma=0.5, lam=0.5))
     assert fn.keywords == {"gamma": 0.5, "lam": 0.5}
     rewards, values, mask = torch.tensor([[0.0, 0.0, 1.0]]), torch.tensor([[0.5, 0.25, 0.75]]), torch.ones(1, 3)
-    torch.testing.assert_close(fn(rewards, mask, torch.tensor([0]), values=values),
-                               gae_advantage(rewards, mask, torch.tensor([0]), values=values,
-                                             gamma=0.5, lam=0.5))
+    result = fn(rewards, mask, torch.tensor([0]), values=values)
+    advantages, returns = gae_advantages_and_returns(rewards, values, mask, gamma=0.5, lam=0.5)
+    torch.testing.assert_close(result.advantages, advantages)
+    torch.testing.assert_close(result.returns, returns)  # from the same pass: the critic's target
+    assert gae_advantage(rewards, mask, torch.tensor([0]), values=values, gamma=0.5,
+                         lam=0.5).returns is not None
 
 
 def test_value_loss_clips_by_hand():

@@ -45,10 +45,10 @@ def test_critic_mistakes_name_the_key_and_the_fix():
         in _problems("critic.ppo_mini_batch_size=3")
     assert "set critic.ppo_micro_batch_size_per_gpu to a divisor of 8" in _problems(
         "critic.ppo_micro_batch_size_per_gpu=3")
-    message = _problems("critic.cliprange_value=0", "critic.loss_agg_mode=mean", "critic.use_dynamic_bsz=True",
+    message = _problems("critic.cliprange_value=0", "critic.loss_agg_mode=mean", "critic.ppo_max_token_len_per_gpu=0",
                         "algorithm.lam=1.5", "trainer.critic_warmup=-1", "critic.ppo_epochs=0")
     for expected in ("critic.cliprange_value=0.0: use a clip range > 0", "critic.loss_agg_mode=mean: use one of",
-                     "critic.use_dynamic_bsz=True: token-count", "algorithm.lam=1.5: use a value in [0, 1]",
+                     "critic.ppo_max_token_len_per_gpu=0: use a token budget", "algorithm.lam=1.5: use a value in [0, 1]",
                      "trainer.critic_warmup=-1", "critic.ppo_epochs=0: must be a whole number >= 1"):
         assert expected in message
     assert "builds the critic exactly when algorithm.adv_estimator=gae" in _problems("critic.enable=False")

@@ -74,8 +74,8 @@ def test_two_ranks_update_equals_one_process(asset_cache, tiny_model_dir, tmp_pa
         batch = TrainBatch(*seqs, response_mask=rollouts.response_mask.float(),
                            advantages=advantages.expand(-1, r) * rollouts.response_mask,
                            old_logprobs=old_local, ref_logprobs=old_local)
-        m_local = local.actor.update_policy(batch, mini_batch_size=8)
-        m_ray = sharded.actor.update_policy(batch, mini_batch_size=8)
+        m_local = local.actor.update_policy(batch)
+        m_ray = sharded.actor.update_policy(batch)
         for key in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm",
                     "actor/pg_clipfrac", "actor/lr"):
             assert m_ray[key] == pytest.approx(m_local[key], rel=1e-5, abs=1e-7), key
@@ -156,8 +156,8 @@ def test_ranks_whose_responses_end_at_different_steps_train_and_validate(
                                        max_tokens=160))
                   for rows in row_shares(group, mini.batch.attention_mask)]
         assert counts[0] != counts[1], counts  # one rank runs idle passes
-        m_local = local.actor.update_policy(batch, mini_batch_size=8)  # fixed cut, one process
-        m_ray = sharded.actor.update_policy(batch, mini_batch_size=8)
+        m_local = local.actor.update_policy(batch)  # fixed cut, one process
+        m_ray = sharded.actor.update_policy(batch)
         for key in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "actor/entropy"):
             assert m_ray[key] == pytest.approx(m_local[key], rel=1e-5, abs=1e-7), key
         after = sharded.actor.full_weights()

@@ -52,8 +52,10 @@ def test_two_rank_critic_equals_one_process_and_its_shards_resume_on_one(asset_c
         rewards[:, 0] = torch.arange(len(rollouts)) % 2  # something to regress on
         batch = train_batch(local, rollouts, seqs, advantages=torch.zeros_like(values_local),
                             old_logprobs=None, ref_logprobs=None)
-        m_local = update_critic(local, batch, rewards=rewards, values=values_local, timer=timer)
-        m_ray = update_critic(sharded, batch, rewards=rewards, values=values_local, timer=timer)
+        returns = local.advantage_fn(rewards, rollouts.response_mask.float(), rollouts.group_ids,
+                                     values=values_local).returns
+        m_local = update_critic(local, batch, returns=returns, values=values_local, timer=timer)
+        m_ray = update_critic(sharded, batch, returns=returns, values=values_local, timer=timer)
         for key in ("critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm",
                     "critic/lr", "critic/vf_explained_var"):
             assert m_ray[key] == pytest.approx(m_local[key], rel=1e-5, abs=1e-7), key
@@ -69,7 +71,7 @@ def test_two_rank_critic_equals_one_process_and_its_shards_resume_on_one(asset_c
             load_checkpoint(fresh, folder, log=lambda *_: None)
             torch.testing.assert_close(critic_values(fresh, rollouts, seqs, timer), after_local,
                                        rtol=0, atol=1e-5)
-            assert fresh.critic.optimizer.state_dict()["state"][0]["step"].item() == 2  # two mini-batches
+            assert fresh.critic.learner.optimizer.state_dict()["state"][0]["step"].item() == 2  # two mini-batches
         finally:
             fresh.close()
     finally:

@@ -181,8 +181,8 @@ def test_image_and_text_prompts_on_two_ray_ranks_equal_one_process(asset_cache, 
                            advantages=advantages.expand(-1, r) * rollouts.response_mask,
                            old_logprobs=old_local, ref_logprobs=old_local,
                            model_inputs=rollouts.model_inputs)
-        m_local = local.actor.update_policy(batch, mini_batch_size=8)
-        m_ray = sharded.actor.update_policy(batch, mini_batch_size=8)
+        m_local = local.actor.update_policy(batch)
+        m_ray = sharded.actor.update_policy(batch)
         for key in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm"):
             assert m_ray[key] == pytest.approx(m_local[key], rel=1e-5, abs=1e-7), key
         after = sharded.actor.full_weights()

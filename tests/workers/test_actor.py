@@ -12,6 +12,7 @@ from thinkrl.algos.losses import LOSS_AGG_MODES
 from thinkrl.config.schema import POLICY_LOSS_MODES, ActorConfig, PolicyLossConfig
 from thinkrl.records import TrainBatch
 from thinkrl.workers.actor import ActorWorker
+from thinkrl.workers.learner import UpdateSpec
 
 N, P, R, V = 6, 5, 7, 48
 
@@ -46,11 +47,13 @@ def _grads_after_update(model, batch, *, micro: int, mode: str,
                       grad_clip=1e9, policy_loss=PolicyLossConfig(loss_mode=loss_mode),
                       use_dynamic_bsz=max_tokens is not None,
                       ppo_max_token_len_per_gpu=max_tokens or 16384)
-    actor = ActorWorker(model, cfg, total_steps=1, micro_batch_size=micro,
-                        log_prob_micro_batch_size=micro, temperature=0.9,
-                        max_response_length=R, seed=0, remove_padding=remove_padding,
+    spec = UpdateSpec("actor", responses_per_mini_batch=N, epochs=cfg.ppo_epochs, shuffle=cfg.shuffle,
+                      micro_batch_size=micro, max_tokens=max_tokens, grad_clip=cfg.grad_clip,
+                      response_length=R)
+    actor = ActorWorker(model, cfg, spec, total_steps=1, log_prob_micro_batch_size=micro,
+                        temperature=0.9, seed=0, remove_padding=remove_padding,
                         fused_head=fused_head)
-    metrics = actor.update_policy(batch, mini_batch_size=N)
+    metrics = actor.update_policy(batch)
     return [p.grad.clone() for p in model.parameters()], metrics
 
 
@@ -119,7 +122,8 @@ _LAYOUT_FREE_LOSSES = [m for m in POLICY_LOSS_MODES if m not in ("clip_cov", "kl
 def test_each_policy_loss_gradient_does_not_depend_on_micro_batch_size(loss_mode):
     base = _model()
     batch = _batch(with_old=True)
-    # seq-mean-token-sum: gspo, sapo and geo_mean override it with their own sequence means.
+    # seq-mean-token-sum (gspo aggregates with it, as verl 0.9.1; sapo and geo_mean override it
+    # with their own sequence means).
     reference_grads, reference_metrics = _grads_after_update(
         copy.deepcopy(base), batch, micro=N, mode="seq-mean-token-sum", loss_mode=loss_mode)
     assert any(g.abs().sum() > 0 for g in reference_grads)

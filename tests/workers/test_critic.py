@@ -41,8 +41,10 @@ def _batch() -> CriticBatch:
 
 
 def _critic(model, *, micro: int = N, mini: int = N, mode: str = "token-mean", lr: float = 1e-5,
-            epochs: int = 1) -> CriticWorker:
-    cfg = CriticConfig(grad_clip=1e9, cliprange_value=0.05)
+            epochs: int = 1, max_tokens: int | None = None) -> CriticWorker:
+    cfg = CriticConfig(grad_clip=1e9, cliprange_value=0.05, use_dynamic_bsz=max_tokens is not None,
+                       ppo_max_token_len_per_gpu=max_tokens or 32768,
+                       forward_max_token_len_per_gpu=max_tokens or 32768)
     cfg.optim.lr = lr
     sizes = CriticSizes(prompts_per_mini_batch=mini, responses_per_mini_batch=mini,
                         responses_per_mini_batch_per_device=mini, micro_batch_size_per_device=micro,
@@ -95,6 +97,38 @@ def test_critic_gradient_does_not_depend_on_micro_batch_size(mode):
             assert metrics[key] == pytest.approx(reference_metrics[key], rel=1e-4, abs=1e-6), key
 
 
+def test_token_budget_micro_batches_equal_the_fixed_cut():
+    # critic.use_dynamic_bsz: rows of 10, 6, 8, 4, 9, 5 tokens (prompt 5 + response, one
+    # left-padded prompt of 3); a budget of 14 cuts them [10], [6, 8], [4, 9], [5]: 4 forwards
+    # of uneven size whose gradient must equal one forward over all 6 rows.
+    base, batch = _model(), _batch()
+    assert batch.attention_mask.sum(-1).tolist() == [10, 8, 10, 6, 11, 7]
+    fixed, dynamic = copy.deepcopy(base), copy.deepcopy(base)
+    m_fixed = _critic(fixed, micro=N).update_critic(batch)
+    m_dynamic = _critic(dynamic, micro=N, max_tokens=14).update_critic(batch)
+    for a, b in zip(dynamic.parameters(), fixed.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=1e-4)
+    for key in ("critic/vf_loss", "critic/vf_clipfrac", "critic/grad_norm"):
+        assert m_dynamic[key] == pytest.approx(m_fixed[key], rel=1e-4, abs=1e-6), key
+    sequences = (batch.input_ids, batch.attention_mask, batch.position_ids)
+    torch.testing.assert_close(_critic(dynamic, max_tokens=14).compute_values(*sequences, response_length=R),
+                               _critic(dynamic).compute_values(*sequences, response_length=R),
+                               atol=1e-5, rtol=0)
+
+
+def test_a_non_finite_gradient_skips_the_step_and_says_so():
+    model, batch = _model(), _batch()
+    critic = _critic(model, lr=1e-2)
+    before = [p.detach().clone() for p in model.parameters()]
+    first = next(model.parameters())
+    hook = first.register_hook(lambda grad: grad * float("nan"))  # finite loss, NaN gradient
+    metrics = critic.update_critic(batch)
+    hook.remove()
+    assert metrics["critic/skipped_updates"] == 1.0
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), before))  # weights kept
+    assert critic.update_critic(batch)["critic/skipped_updates"] == 0.0
+
+
 def test_updates_fit_the_returns_and_report_verls_metrics():
     model, batch = _model(), _batch()
     batch.values = torch.zeros_like(batch.values)
@@ -105,10 +139,11 @@ def test_updates_fit_the_returns_and_report_verls_metrics():
         last = critic.update_critic(batch)
     assert last["critic/vf_loss"] < first["critic/vf_loss"]
     assert set(first) == {"critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm",
-                          "critic/lr"}
+                          "critic/lr", "critic/skipped_updates"}
+    assert first["critic/skipped_updates"] == 0.0
     assert first["critic/lr"] == 3e-3
     # 2 epochs x 2 mini-batches of 3 = 4 AdamW steps per update
-    assert critic.optimizer.state[next(iter(model.parameters()))]["step"].item() == 6 * 4
+    assert critic.learner.optimizer.state[next(iter(model.parameters()))]["step"].item() == 6 * 4
 
 
 def test_save_and_load_restore_weights_optimizer_and_schedule(tmp_path):

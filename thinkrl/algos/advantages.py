@@ -19,19 +19,21 @@ hard prompts). One advantage is shared by every token of a response.
 
 from __future__ import annotations
 
-import functools
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 from torch import Tensor
 
-from thinkrl.algos.gae import gae_advantage
+from thinkrl.algos.gae import AdvantageResult, gae_advantage
 from thinkrl.algos.whiten import masked_whiten
 from thinkrl.config.schema import AlgorithmConfig
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "AdvantageFn",
+    "AdvantageResult",
+    "BoundEstimator",
     "build_advantage_estimator",
     "get_advantage_estimator",
     "gae_advantage",
@@ -47,7 +49,8 @@ __all__ = [
 ]
 
 AdvantageFn = Callable[[Tensor, Tensor, Tensor], Tensor]
-"""A bound estimator: (token_level_rewards [N, T], response_mask [N, T], group_ids [N]) -> [N, T]."""
+"""An estimator: (token_level_rewards [N, T], response_mask [N, T], group_ids [N], *,
+settings) -> [N, T] (GAE: an `AdvantageResult` with its returns)."""
 
 
 @torch.no_grad()
@@ -271,7 +274,7 @@ def remax_outcome_advantage(token_level_rewards: Tensor, response_mask: Tensor, 
     return returns - reward_baselines.float().unsqueeze(-1) * mask
 
 
-ADVANTAGE_ESTIMATORS: dict[str, Callable[..., Tensor]] = {
+ADVANTAGE_ESTIMATORS: dict[str, Callable[..., Tensor | AdvantageResult]] = {
     "grpo": grpo_outcome_advantage,
     "rloo": rloo_outcome_advantage,
     "reinforce_plus_plus": reinforce_plus_plus_advantage,
@@ -292,7 +295,7 @@ _SETTINGS: dict[str, Callable[[AlgorithmConfig], dict[str, Any]]] = {
 }
 
 
-def get_advantage_estimator(name: str) -> Callable[..., Tensor]:
+def get_advantage_estimator(name: str) -> Callable[..., Tensor | AdvantageResult]:
     """Return the advantage estimator registered under ``name`` (unbound)."""
     try:
         return ADVANTAGE_ESTIMATORS[name]
@@ -303,9 +306,23 @@ def get_advantage_estimator(name: str) -> Callable[..., Tensor]:
         ) from None
 
 
-def build_advantage_estimator(cfg: AlgorithmConfig) -> AdvantageFn:
-    """``algorithm.adv_estimator`` with its settings bound: call it as
-    ``fn(token_level_rewards, response_mask, group_ids)``."""
+@dataclass(frozen=True)
+class BoundEstimator:
+    """``algorithm.adv_estimator`` with its settings (``keywords``) bound at
+    build: ``estimator(token_level_rewards, response_mask, group_ids, **step_inputs)``
+    -> `AdvantageResult` (an estimator without returns gives its tensor,
+    wrapped here; GAE gives its advantages and returns from one pass)."""
+
+    fn: Callable[..., Tensor | AdvantageResult]
+    keywords: dict[str, Any]
+
+    def __call__(self, token_level_rewards: Tensor, response_mask: Tensor, group_ids: Tensor,
+                 **step_inputs: Tensor) -> AdvantageResult:
+        out = self.fn(token_level_rewards, response_mask, group_ids, **self.keywords, **step_inputs)
+        return out if isinstance(out, AdvantageResult) else AdvantageResult(out)
+
+
+def build_advantage_estimator(cfg: AlgorithmConfig) -> BoundEstimator:
+    """``algorithm.adv_estimator`` with its settings bound."""
     fn = get_advantage_estimator(cfg.adv_estimator)
-    settings = _SETTINGS.get(cfg.adv_estimator, lambda _: {})(cfg)
-    return functools.partial(fn, **settings)
+    return BoundEstimator(fn, _SETTINGS.get(cfg.adv_estimator, lambda _: {})(cfg))

@@ -20,13 +20,26 @@ action of its own.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
 from thinkrl.algos.losses import LossScale, agg_loss, masked_share
 from thinkrl.algos.whiten import masked_whiten
 
-__all__ = ["explained_variance", "gae_advantage", "gae_advantages_and_returns", "value_loss"]
+__all__ = ["AdvantageResult", "explained_variance", "gae_advantage", "gae_advantages_and_returns",
+           "value_loss"]
+
+
+@dataclass(frozen=True, slots=True)
+class AdvantageResult:
+    """What an advantage estimator gives the step: the advantages [N, T] and,
+    for an estimator with a critic (GAE), the returns [N, T] the critic
+    regresses on (computed in the same pass); None otherwise."""
+
+    advantages: Tensor
+    returns: Tensor | None = None
 
 
 @torch.no_grad()
@@ -62,13 +75,14 @@ def gae_advantages_and_returns(token_level_rewards: Tensor, values: Tensor, resp
 
 
 def gae_advantage(token_level_rewards: Tensor, response_mask: Tensor, group_ids: Tensor, *,
-                  values: Tensor, gamma: float, lam: float) -> Tensor:
-    """The advantage-estimator face of GAE (``algorithm.adv_estimator=gae``): the
-    whitened advantages [N, T] of `gae_advantages_and_returns`. ``group_ids`` is
-    unused (the critic is the baseline); ``values`` [N, T] is step data."""
-    advantages, _ = gae_advantages_and_returns(token_level_rewards, values, response_mask,
-                                               gamma=gamma, lam=lam)
-    return advantages
+                  values: Tensor, gamma: float, lam: float) -> AdvantageResult:
+    """The advantage-estimator face of GAE (``algorithm.adv_estimator=gae``):
+    `gae_advantages_and_returns` in one pass, the returns kept for the
+    critic's regression. ``group_ids`` is unused (the critic is the baseline);
+    ``values`` [N, T] is step data."""
+    advantages, returns = gae_advantages_and_returns(token_level_rewards, values, response_mask,
+                                                     gamma=gamma, lam=lam)
+    return AdvantageResult(advantages, returns)
 
 
 def value_loss(vpreds: Tensor, returns: Tensor, values: Tensor, response_mask: Tensor, *,

@@ -48,10 +48,10 @@ def is_sharded_checkpoint(folder: Path, files: RoleFiles = ACTOR_FILES) -> bool:
     return (folder / files.dcp_dir).is_dir()
 
 
-def save_actor_shards(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                      folder: Path, files: RoleFiles = ACTOR_FILES) -> None:
-    """Each rank writes its shards of the weights and AdamW state under folder/actor_dcp
-    (`files.dcp_dir`)."""
+def save_role_shards(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                     folder: Path, files: RoleFiles = ACTOR_FILES) -> None:
+    """Each rank writes its shards of the role's weights and AdamW state under
+    folder/`files.dcp_dir` (actor_dcp, critic_dcp)."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
@@ -59,8 +59,8 @@ def save_actor_shards(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(folder / files.dcp_dir))
 
 
-def load_actor_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                     folder: Path, files: RoleFiles = ACTOR_FILES) -> None:
+def load_role_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                    folder: Path, files: RoleFiles = ACTOR_FILES) -> None:
     """Put the checkpoint's weights and optimizer state into `model` and
     `optimizer` in place, whichever layout `folder` has and however `model`
     is sharded now. Everything is read before anything changes."""

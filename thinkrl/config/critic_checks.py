@@ -125,8 +125,10 @@ def critic_problems(cfg: Config) -> list[str]:
         "critic.strategy": (critic.strategy, lambda v: v in ("fsdp", "fsdp2"), "use one of: fsdp, fsdp2"),
         "critic.loss_agg_mode": (critic.loss_agg_mode, lambda v: v is None or v in LOSS_AGG_MODES,
                                  f"use one of: {', '.join(LOSS_AGG_MODES)}, or null for the actor's"),
-        "critic.use_dynamic_bsz": (critic.use_dynamic_bsz, lambda v: not v, "token-count micro-batching is "
-                                   "not implemented; set it to False and use critic.ppo_micro_batch_size_per_gpu"),
+        "critic.ppo_max_token_len_per_gpu": (critic.ppo_max_token_len_per_gpu, lambda v: v >= 1,
+                                             "use a token budget >= 1 (a longer row runs alone)"),
+        "critic.forward_max_token_len_per_gpu": (critic.forward_max_token_len_per_gpu, lambda v: v >= 1,
+                                                 "use a token budget >= 1 (a longer row runs alone)"),
         "critic.ulysses_sequence_parallel_size": (critic.ulysses_sequence_parallel_size, lambda v: v == 1,
                                                   "sequence parallelism is not implemented; use 1"),
         "critic.model.lora_rank": (critic.model.lora_rank, lambda v: v == 0,

@@ -11,7 +11,7 @@ from thinkrl.config.schema import Config
 # critic.* keys accepted for verl's launch lines that change nothing here.
 CRITIC_VERL_ONLY = ("rollout_n", "model.tokenizer_path", "model.external_lib", "model.use_remove_padding",
                     "model.enable_activation_offload", "model.use_shm", "model.lora_alpha",
-                    "model.target_modules", "ppo_max_token_len_per_gpu", "forward_max_token_len_per_gpu")
+                    "model.target_modules")
 
 
 def critic_keys() -> list[str]:
@@ -71,7 +71,9 @@ def inactive_settings(cfg: Config) -> list[str]:
     note(tuple(key for key, used in (
         (f"{_ARR}.actor.ppo_max_token_len_per_gpu", arr.actor.use_dynamic_bsz),
         (f"{rollout}.log_prob_max_token_len_per_gpu", arr.rollout.log_prob_use_dynamic_bsz),
-        (f"{_ARR}.ref.log_prob_max_token_len_per_gpu", arr.ref.log_prob_use_dynamic_bsz)) if not used),
+        (f"{_ARR}.ref.log_prob_max_token_len_per_gpu", arr.ref.log_prob_use_dynamic_bsz),
+        ("critic.ppo_max_token_len_per_gpu", cfg.critic.use_dynamic_bsz),
+        ("critic.forward_max_token_len_per_gpu", cfg.critic.use_dynamic_bsz)) if not used),
          "it is used only with dynamic batch sizes (its use_dynamic_bsz switch is off)")
     if cfg.algorithm.adv_estimator != "gae":
         note(("trainer.critic_warmup", "algorithm.lam"), "only PPO with a critic (algorithm.adv_estimator=gae) "

@@ -79,7 +79,7 @@ class CriticConfig:
     forward_micro_batch_size_per_gpu: int | None = None
     """RESPONSES per device per value forward (no grad); None uses the update's micro-batch size."""
     use_dynamic_bsz: bool = False
-    """Pack micro-batches by token count instead of response count (not implemented)."""
+    """Pack micro-batches by token count instead of response count (as the actor's)."""
     ppo_max_token_len_per_gpu: int = 32768
     """Token budget per device per micro-batch when ``use_dynamic_bsz`` is set."""
     forward_max_token_len_per_gpu: int = 32768

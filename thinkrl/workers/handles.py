@@ -13,8 +13,8 @@ import torch
 from thinkrl.algos.kl import get_kl_estimator
 from thinkrl.records import CriticBatch, PromptBatch, Rollouts, TrainBatch
 from thinkrl.rollout.base import SamplingParams
-from thinkrl.workers.mini_batches import (balanced_shares, contiguous_shares, plan_mini_batches,
-                                          split_mini_batch)
+from thinkrl.workers.learner import UpdateSpec, actor_update_spec, critic_update_spec
+from thinkrl.workers.mini_batches import balanced_shares, contiguous_shares, split_mini_batch
 from thinkrl.workers.ray_group import RayWorkerGroup
 
 
@@ -59,18 +59,34 @@ class RowShardedCall:
         return _gather_rows(parts, shares)
 
 
-def update_state(group: RayWorkerGroup, role: str, shuffle_generator: torch.Generator) -> dict:
-    """A trained role's `ResumableUpdate.state_dict` across the group: the
-    ranks' LR schedule (rank 0's; all are equal) and the driver's shuffle generator."""
-    schedule = group.call_all("save_checkpoint", "schedule_state", [(role,)] * group.world_size)[0]
-    return {**schedule, "shuffle_generator": shuffle_generator.get_state()}
+class ShardedUpdate:
+    """A trained role's update across the group: planned here, with the
+    role's `UpdateSpec` (the plan the local learner makes) and a driver-side
+    shuffle generator; each rank trains on its share of every mini-batch, with
+    the whole mini-batch's normalisers; rank 0 returns the reduced metrics.
+    Its resumable state: rank 0's LR schedule (all ranks hold the same) and
+    the shuffle generator."""
 
+    def __init__(self, group: RayWorkerGroup, spec: UpdateSpec, *, seed: int, method: str) -> None:
+        self.group, self.spec, self.method = group, spec, method
+        self.shuffle_generator = torch.Generator().manual_seed(seed)
 
-def load_update_state(group: RayWorkerGroup, role: str, shuffle_generator: torch.Generator,
-                      state: dict) -> None:
-    group.call_all("load_checkpoint", "load_schedule_state",
-                   [(role, {"scheduler": state["scheduler"]})] * group.world_size)
-    shuffle_generator.set_state(state["shuffle_generator"])
+    def __call__(self, batch: TrainBatch | CriticBatch) -> dict[str, float]:
+        minis = self.spec.plan(batch, self.shuffle_generator)
+        shares = [split_mini_batch(m, row_shares(self.group, m.batch.attention_mask)) for m in minis]
+        per_rank = [([s[r] for s in shares],) for r in range(self.group.world_size)]
+        return self.group.call_all(f"update_{self.spec.role}", self.method, per_rank)[0]
+
+    def state_dict(self) -> dict:
+        group, role = self.group, self.spec.role
+        schedule = group.call_all("save_checkpoint", "schedule_state", [(role,)] * group.world_size)[0]
+        return {**schedule, "shuffle_generator": self.shuffle_generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        group, role = self.group, self.spec.role
+        group.call_all("load_checkpoint", "load_schedule_state",
+                       [(role, {"scheduler": state["scheduler"]})] * group.world_size)
+        self.shuffle_generator.set_state(state["shuffle_generator"])
 
 
 class ActorHandle:
@@ -80,24 +96,17 @@ class ActorHandle:
     device = torch.device("cpu")  # where the driver's own RNGs live (checkpointed)
 
     def __init__(self, group: RayWorkerGroup) -> None:
-        actor_cfg = group.spec.cfg.actor_rollout_ref.actor
+        cfg = group.spec.cfg
+        actor_cfg = cfg.actor_rollout_ref.actor
         self.group, self.cfg = group, actor_cfg
         self.kl_estimator = (get_kl_estimator(actor_cfg.kl_loss_type) if actor_cfg.use_kl_loss
                              else None)
-        self.shuffle_generator = torch.Generator().manual_seed(group.spec.cfg.trainer.seed)
+        self.update = ShardedUpdate(group, actor_update_spec(actor_cfg, group.spec.sizes),
+                                    seed=cfg.trainer.seed, method="update_on")
         self.compute_log_prob = RowShardedCall(group, "compute_log_prob", "old_log_prob")
 
-    def update_policy(self, batch: TrainBatch, *, mini_batch_size: int) -> dict[str, float]:
-        minis = plan_mini_batches(batch, mini_batch_size=mini_batch_size,
-                                  epochs=self.cfg.ppo_epochs, shuffle=self.cfg.shuffle,
-                                  generator=self.shuffle_generator,
-                                  response_length=self.group.spec.sizes.response_length)
-        world = self.group.world_size
-        shares = [split_mini_batch(m, row_shares(self.group, m.batch.attention_mask))
-                  for m in minis]
-        per_rank = [([s[r] for s in shares],) for r in range(world)]
-        # Metrics are reduced across ranks inside the update: rank 0 has them all.
-        return self.group.call_all("update_actor", "update_on", per_rank)[0]
+    def update_policy(self, batch: TrainBatch) -> dict[str, float]:
+        return self.update(batch)
 
     def weight_stats(self) -> dict:
         """ActorWorker.weight_stats over the whole model: every rank's shards."""
@@ -132,10 +141,10 @@ class ActorHandle:
         self.group.call_all("load_checkpoint", "load_actor", [(str(folder),)] * self.group.world_size)
 
     def state_dict(self) -> dict:
-        return update_state(self.group, "actor", self.shuffle_generator)
+        return self.update.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
-        load_update_state(self.group, "actor", self.shuffle_generator, state)
+        self.update.load_state_dict(state)
 
     def full_weights(self) -> dict[str, torch.Tensor]:
         """The whole model's weights on the CPU (gathered on rank 0)."""
@@ -199,20 +208,16 @@ class CriticHandle:
     Driver-side state: the mini-batch shuffle generator."""
 
     def __init__(self, group: RayWorkerGroup) -> None:
-        self.group, self.sizes = group, group.spec.sizes.critic
-        self.shuffle_generator = torch.Generator().manual_seed(group.spec.cfg.critic.data_loader_seed)
+        spec, cfg = group.spec, group.spec.cfg
+        self.group = group
+        self.update = ShardedUpdate(
+            group, critic_update_spec(cfg.critic, spec.sizes.critic,
+                                      response_length=spec.sizes.response_length),
+            seed=cfg.critic.data_loader_seed, method="update_critic_on")
         self.compute_values = RowShardedCall(group, "compute_values", "values")
 
     def update_critic(self, batch: CriticBatch) -> dict[str, float]:
-        """As ActorHandle.update_policy: planned here with the whole mini-batch's
-        normalisers, each rank trains on its share; rank 0 has the reduced metrics."""
-        minis = plan_mini_batches(batch, mini_batch_size=self.sizes.responses_per_mini_batch,
-                                  epochs=self.sizes.ppo_epochs, shuffle=self.sizes.shuffle,
-                                  generator=self.shuffle_generator,
-                                  response_length=self.group.spec.sizes.response_length)
-        shares = [split_mini_batch(m, row_shares(self.group, m.batch.attention_mask)) for m in minis]
-        per_rank = [([s[r] for s in shares],) for r in range(self.group.world_size)]
-        return self.group.call_all("update_critic", "update_critic_on", per_rank)[0]
+        return self.update(batch)
 
     def save(self, folder: Path) -> None:
         self.group.call_all("save_checkpoint", "save_critic", [(str(folder),)] * self.group.world_size)
@@ -221,7 +226,7 @@ class CriticHandle:
         self.group.call_all("load_checkpoint", "load_critic", [(str(folder),)] * self.group.world_size)
 
     def state_dict(self) -> dict:
-        return update_state(self.group, "critic", self.shuffle_generator)
+        return self.update.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
-        load_update_state(self.group, "critic", self.shuffle_generator, state)
+        self.update.load_state_dict(state)

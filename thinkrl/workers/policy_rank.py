@@ -35,6 +35,7 @@ from thinkrl.rollout.base import SamplingParams
 from thinkrl.rollout.native import NativeEngine
 from thinkrl.workers.actor import ActorWorker
 from thinkrl.workers.critic import build_critic
+from thinkrl.workers.learner import actor_update_spec
 from thinkrl.workers.mini_batches import MiniBatch
 from thinkrl.workers.reference import ReferenceWorker
 
@@ -91,10 +92,9 @@ class PolicyRank:
                              whole=unsplit_modules(model, arr.model))
         sizes, rollout = spec.sizes, arr.rollout
         self.actor = ActorWorker(
-            model, arr.actor, total_steps=spec.total_steps,
-            micro_batch_size=sizes.micro_batch_size_per_device,
+            model, arr.actor, actor_update_spec(arr.actor, sizes), total_steps=spec.total_steps,
             log_prob_micro_batch_size=sizes.log_prob_micro_batch_size_per_device,
-            temperature=rollout.temperature, max_response_length=sizes.response_length,
+            temperature=rollout.temperature,
             seed=cfg.trainer.seed, autocast=self.autocast, device=self.device,
             remove_padding=arr.model.use_remove_padding, fused_head=arr.model.use_fused_kernels,
             log_prob_max_tokens=(rollout.log_prob_max_token_len_per_gpu
@@ -224,10 +224,10 @@ class PolicyRank:
 
     def schedule_state(self, role: str) -> dict:
         """The LR schedule of `role` ("actor" or "critic"); every rank holds the same."""
-        return {"scheduler": getattr(self, role).scheduler.state_dict()}
+        return {"scheduler": getattr(self, role).learner.scheduler.state_dict()}
 
     def load_schedule_state(self, role: str, state: dict) -> None:
-        getattr(self, role).load_schedule(state["scheduler"])
+        getattr(self, role).learner.load_schedule(state["scheduler"])
 
     def generator_state(self) -> torch.Tensor:
         return self.engine.generator_state()
