@@ -99,6 +99,14 @@ def total_training_steps(cfg: Config, *, batches_per_epoch: int) -> int:
     return cfg.trainer.total_training_steps or cfg.trainer.total_epochs * batches_per_epoch
 
 
+def training_sampling(cfg: Config, *, max_tokens: int) -> SamplingParams:
+    """Sampling for the training rollouts: actor_rollout_ref.rollout.*."""
+    rollout = cfg.actor_rollout_ref.rollout
+    return SamplingParams(n=rollout.n, max_tokens=max_tokens, temperature=rollout.temperature,
+                          top_p=rollout.top_p, top_k=rollout.top_k, min_p=rollout.min_p,
+                          do_sample=rollout.do_sample, ignore_eos=rollout.ignore_eos)
+
+
 def validation_sampling(cfg: Config, *, max_tokens: int) -> SamplingParams:
     """Sampling for validation and `thinkrl eval`: actor_rollout_ref.rollout.val_kwargs."""
     val = cfg.actor_rollout_ref.rollout.val_kwargs

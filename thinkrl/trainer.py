@@ -1,4 +1,4 @@
-"""The GRPO driver: one named call per stage, in the order of the algorithm.
+"""The training driver: one named call per stage, in the order of the algorithm.
 
 Variant: GRPO with outcome rewards (DeepSeekMath / R1-Zero). For each of B
 prompts, sample G responses; score each with a rule; advantage = score minus
@@ -78,7 +78,7 @@ def train_run(run: Run, *, log=print) -> TrainResult:
     bar = ProgressBar(run)
     guard = DivergenceGuard(run)
     for step in range(start + 1, run.total_steps + 1):
-        metrics = grpo_step(run, step)
+        metrics = train_step(run, step)
         guard.check(metrics, step=step)  # a destroyed policy is neither validated nor saved
         skipped_in_a_row = skipped_in_a_row + 1 if metrics.get("actor/skipped_updates") else 0
         if skipped_in_a_row >= MAX_SKIPPED_UPDATES:
@@ -107,7 +107,7 @@ def validate(run: Run, *, step: int) -> dict[str, float]:
     return result.metrics()
 
 
-def grpo_step(run: Run, step: int) -> dict[str, float]:
+def train_step(run: Run, step: int) -> dict[str, float]:
     """Generate, score, estimate advantages, update the critic (PPO with a
     critic only), update the actor, sync weights."""
     timer = StageTimer(run.sync)
@@ -278,7 +278,8 @@ class ProgressBar:
         self.bar = None
         if run.cfg.trainer.progress_bar:
             from tqdm import tqdm
-            self.bar = tqdm(total=run.total_steps, initial=run.progress.step, desc="GRPO",
+            self.bar = tqdm(total=run.total_steps, initial=run.progress.step,
+                            desc=run.cfg.algorithm.adv_estimator,
                             unit="step", dynamic_ncols=True)
 
     def update(self, metrics: dict, last_val: dict) -> None:

@@ -57,7 +57,7 @@ def test_destroyed_after_a_good_checkpoint(tiny, capsys, monkeypatch):
     import thinkrl.trainer as trainer
 
     run_dir, argv = tiny
-    real = trainer.grpo_step
+    real = trainer.train_step
 
     def step_that_destroys(run, step):
         metrics = real(run, step)
@@ -67,7 +67,7 @@ def test_destroyed_after_a_good_checkpoint(tiny, capsys, monkeypatch):
                     p.mul_(-1e4)
         return metrics
 
-    monkeypatch.setattr(trainer, "grpo_step", step_that_destroys)
+    monkeypatch.setattr(trainer, "train_step", step_that_destroys)
     assert main(argv("trainer.total_training_steps=3", "trainer.save_freq=1")) == 1
     err = capsys.readouterr().err
     assert "step 2: the policy is destroyed" in err and "Kept on disk: global_step_1" in err

@@ -128,12 +128,11 @@ def run_eval(cfg, *, log=print):
 
     import torch
 
-    from thinkrl.models.loading import check_model_fits
     from thinkrl.assets import (native_engine, prompt_set, run_tokenizer, val_batch_size,
                                 validation_sampling)
-    from thinkrl.config.checks import derive_sizes
+    from thinkrl.config.sizes import derive_sizes
     from thinkrl.evaluation import evaluate
-    from thinkrl.models.loading import load_causal_lm
+    from thinkrl.models.loading import check_model_fits, load_causal_lm
     from thinkrl.parallel.device import autocast, compute_dtype, resolve_device
     from thinkrl.rewards.scorer import RewardScorer
 
@@ -152,22 +151,8 @@ def run_eval(cfg, *, log=print):
     model = load_causal_lm(model_path, dtype=torch.float32, device=device,
                            trust_remote_code=arr.model.trust_remote_code,
                            override_config=arr.model.override_config)
-    # Generation needs room for the longest prompt actually loaded, not for
-    # data.max_prompt_length (verl's default of 512 would reject small models).
     longest = max(len(p.ids) for p in prompts)
-    limit = getattr(model.config, "max_position_embeddings", None)
-    if limit is not None and longest + sizes.response_length > limit \
-            and response_length_unset(cfg) and limit - longest >= 1:
-        # No length was asked for: verl's default (512) must not reject a small
-        # model whose positions cannot hold it; fit the room the model has.
-        sizes = replace(sizes, response_length=limit - longest)
-        log(f"note: responses are limited to {sizes.response_length} tokens: the model's "
-            f"max_position_embeddings {limit} minus the longest prompt ({longest} tokens); "
-            "--max-new-tokens sets another limit")
-    if limit is not None and longest + sizes.response_length > limit:
-        raise ValueError(f"the longest prompt ({longest} tokens) + --max-new-tokens "
-                         f"{sizes.response_length} exceed the model's max_position_embeddings "
-                         f"{limit} ({model_path}); lower --max-new-tokens")
+    sizes = fit_response_length(cfg, sizes, model, longest=longest, model_path=model_path, log=log)
     check_model_fits(model, len(tokenizer), replace(sizes, prompt_length=longest),
                      model_path=model_path)
     mixed_precision = autocast(device, compute_dtype(device, arr.model.dtype))
@@ -187,6 +172,28 @@ def run_eval(cfg, *, log=print):
                 "max_new_tokens": sampling.max_tokens, "batch_size": batch_size,
                 "seed": cfg.trainer.seed, "device": str(device)}
     return result, settings
+
+
+def fit_response_length(cfg, sizes, model, *, longest: int, model_path: str, log=print):
+    """`sizes` whose response length fits the model's positions after the
+    longest prompt actually loaded (not data.max_prompt_length: verl's default
+    of 512 would reject small models): shortened when no length was asked
+    for, a ValueError when the asked-for length does not fit."""
+    from dataclasses import replace
+
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if limit is None:
+        return sizes
+    if longest + sizes.response_length > limit and response_length_unset(cfg) and limit - longest >= 1:
+        sizes = replace(sizes, response_length=limit - longest)
+        log(f"note: responses are limited to {sizes.response_length} tokens: the model's "
+            f"max_position_embeddings {limit} minus the longest prompt ({longest} tokens); "
+            "--max-new-tokens sets another limit")
+    if longest + sizes.response_length > limit:
+        raise ValueError(f"the longest prompt ({longest} tokens) + --max-new-tokens "
+                         f"{sizes.response_length} exceed the model's max_position_embeddings "
+                         f"{limit} ({model_path}); lower --max-new-tokens")
+    return sizes
 
 
 def model_folder(path: str, *, log=print) -> str:

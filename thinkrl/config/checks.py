@@ -11,33 +11,32 @@ count PROMPTS; every micro-batch size counts RESPONSES (prompt x rollout.n).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from thinkrl.config.choices import (KL_ESTIMATORS, LOSS_AGG_MODES, REWARD_SCORERS, TEMPLATES,
                                     divisors, near_divisors)
-from thinkrl.config.critic_checks import CriticSizes, critic_problems, critic_sizes, uses_critic
+from thinkrl.config.critic_checks import critic_problems
+from thinkrl.config.keys import ARR, shown, value_at
 from thinkrl.config.schema import ADV_ESTIMATORS, POLICY_LOSS_MODES, Config
+from thinkrl.config.sizes import DerivedSizes, derive_sizes, micro_size
 from thinkrl.config.verifier_checks import reward_verifier_problems
 from thinkrl.loggers import logger_problems
 
 __all__ = ["DerivedSizes", "execution_backend", "validate"]
 
-_ARR = "actor_rollout_ref"
 _CHOICES: dict[str, tuple[str, ...]] = {
     "algorithm.adv_estimator": ADV_ESTIMATORS,
-    f"{_ARR}.actor.policy_loss.loss_mode": POLICY_LOSS_MODES,
+    f"{ARR}.actor.policy_loss.loss_mode": POLICY_LOSS_MODES,
     "algorithm.kl_penalty": KL_ESTIMATORS,
     "algorithm.kl_ctrl.type": ("fixed", "adaptive"),
-    f"{_ARR}.actor.loss_agg_mode": LOSS_AGG_MODES,
-    f"{_ARR}.actor.kl_loss_type": KL_ESTIMATORS,
-    f"{_ARR}.actor.strategy": ("fsdp", "fsdp2"),
-    f"{_ARR}.actor.optim.warmup_style": ("constant", "cosine"),
-    f"{_ARR}.model.dtype": ("auto", "float32", "bfloat16", "float16"),
-    f"{_ARR}.rollout.name": ("native", "vllm", "sglang"),
-    f"{_ARR}.rollout.mode": ("sync",),
+    f"{ARR}.actor.loss_agg_mode": LOSS_AGG_MODES,
+    f"{ARR}.actor.kl_loss_type": KL_ESTIMATORS,
+    f"{ARR}.actor.strategy": ("fsdp", "fsdp2"),
+    f"{ARR}.actor.optim.warmup_style": ("constant", "cosine"),
+    f"{ARR}.model.dtype": ("auto", "float32", "bfloat16", "float16"),
+    f"{ARR}.rollout.name": ("native", "vllm", "sglang"),
+    f"{ARR}.rollout.mode": ("sync",),
     "algorithm.rollout_is_level": ("token", "sequence"),
     "algorithm.rollout_is_mode": ("truncate", "mask"),
     "data.truncation": ("error", "left", "right", "middle"),
@@ -50,50 +49,50 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 }
 _POSITIVE = (
     "data.train_batch_size", "data.max_prompt_length", "data.max_response_length",
-    f"{_ARR}.actor.ppo_mini_batch_size", f"{_ARR}.actor.ppo_epochs", f"{_ARR}.rollout.n",
-    f"{_ARR}.rollout.val_kwargs.n", "trainer.total_epochs", "trainer.nnodes", "trainer.n_gpus_per_node",
-    f"{_ARR}.rollout.tensor_model_parallel_size", f"{_ARR}.rollout.pipeline_model_parallel_size",
+    f"{ARR}.actor.ppo_mini_batch_size", f"{ARR}.actor.ppo_epochs", f"{ARR}.rollout.n",
+    f"{ARR}.rollout.val_kwargs.n", "trainer.total_epochs", "trainer.nnodes", "trainer.n_gpus_per_node",
+    f"{ARR}.rollout.tensor_model_parallel_size", f"{ARR}.rollout.pipeline_model_parallel_size",
 )
 _POSITIVE_IF_SET = (
-    f"{_ARR}.actor.ppo_micro_batch_size", f"{_ARR}.actor.ppo_micro_batch_size_per_gpu",
-    f"{_ARR}.rollout.log_prob_micro_batch_size", f"{_ARR}.rollout.log_prob_micro_batch_size_per_gpu",
-    f"{_ARR}.ref.log_prob_micro_batch_size", f"{_ARR}.ref.log_prob_micro_batch_size_per_gpu",
-    f"{_ARR}.rollout.prompt_length", f"{_ARR}.rollout.response_length", f"{_ARR}.rollout.max_model_len",
+    f"{ARR}.actor.ppo_micro_batch_size", f"{ARR}.actor.ppo_micro_batch_size_per_gpu",
+    f"{ARR}.rollout.log_prob_micro_batch_size", f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu",
+    f"{ARR}.ref.log_prob_micro_batch_size", f"{ARR}.ref.log_prob_micro_batch_size_per_gpu",
+    f"{ARR}.rollout.prompt_length", f"{ARR}.rollout.response_length", f"{ARR}.rollout.max_model_len",
     "data.val_batch_size", "trainer.total_training_steps", "trainer.max_actor_ckpt_to_keep",
     "data.gen_batch_size",
 )
 # key -> (is the value accepted, what to do otherwise)
 _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    f"{_ARR}.actor.clip_ratio": (lambda v: 0 < v < 1, "use a value in (0, 1), e.g. 0.2"),
-    f"{_ARR}.actor.clip_ratio_low": (lambda v: v is None or v > 0, "use a value in (0, 1), e.g. 0.2, or null"),
-    f"{_ARR}.actor.clip_ratio_high": (lambda v: v is None or v > 0, "use a value > 0, e.g. 0.28, or null"),
-    f"{_ARR}.actor.clip_ratio_c": (lambda v: v > 1, "dual-clip needs a bound > 1, e.g. 3.0"),
-    f"{_ARR}.actor.grad_clip": (lambda v: v > 0, "use a norm > 0, e.g. 1.0"),
-    f"{_ARR}.actor.kl_loss_coef": (lambda v: v >= 0, "use a weight >= 0, e.g. 0.001"),
-    f"{_ARR}.actor.optim.lr": (lambda v: v >= 0, "use a learning rate >= 0, e.g. 1e-6"),
-    f"{_ARR}.actor.optim.weight_decay": (lambda v: v >= 0, "use a value >= 0, e.g. 0.01"),
-    f"{_ARR}.actor.optim.eps": (lambda v: v > 0, "use a value > 0, e.g. 1e-8"),
-    f"{_ARR}.actor.optim.betas": (
+    f"{ARR}.actor.clip_ratio": (lambda v: 0 < v < 1, "use a value in (0, 1), e.g. 0.2"),
+    f"{ARR}.actor.clip_ratio_low": (lambda v: v is None or v > 0, "use a value in (0, 1), e.g. 0.2, or null"),
+    f"{ARR}.actor.clip_ratio_high": (lambda v: v is None or v > 0, "use a value > 0, e.g. 0.28, or null"),
+    f"{ARR}.actor.clip_ratio_c": (lambda v: v > 1, "dual-clip needs a bound > 1, e.g. 3.0"),
+    f"{ARR}.actor.grad_clip": (lambda v: v > 0, "use a norm > 0, e.g. 1.0"),
+    f"{ARR}.actor.kl_loss_coef": (lambda v: v >= 0, "use a weight >= 0, e.g. 0.001"),
+    f"{ARR}.actor.optim.lr": (lambda v: v >= 0, "use a learning rate >= 0, e.g. 1e-6"),
+    f"{ARR}.actor.optim.weight_decay": (lambda v: v >= 0, "use a value >= 0, e.g. 0.01"),
+    f"{ARR}.actor.optim.eps": (lambda v: v > 0, "use a value > 0, e.g. 1e-8"),
+    f"{ARR}.actor.optim.betas": (
         lambda v: len(v) == 2 and all(0 <= b < 1 for b in v), "give two values in [0, 1), e.g. [0.9,0.999]"
     ),
-    f"{_ARR}.actor.optim.min_lr_ratio": (lambda v: 0 <= v <= 1, "use a fraction in [0, 1]"),
-    f"{_ARR}.actor.optim.lr_warmup_steps_ratio": (lambda v: 0 <= v <= 1, "use a fraction in [0, 1]"),
-    f"{_ARR}.rollout.temperature": (lambda v: v >= 0, "use a temperature >= 0, e.g. 1.0"),
-    f"{_ARR}.rollout.top_p": (lambda v: 0 < v <= 1, "use a value in (0, 1], e.g. 1.0"),
-    f"{_ARR}.rollout.top_k": (lambda v: v == -1 or v >= 1, "use -1 (keep all tokens) or a count >= 1"),
-    f"{_ARR}.rollout.min_p": (lambda v: 0 <= v < 1, "use a value in [0, 1), e.g. 0.0 (off) or 0.05"),
-    f"{_ARR}.rollout.val_kwargs.temperature": (lambda v: v >= 0, "use a temperature >= 0, e.g. 0.0"),
-    f"{_ARR}.rollout.val_kwargs.top_p": (lambda v: 0 < v <= 1, "use a value in (0, 1], e.g. 1.0"),
-    f"{_ARR}.rollout.val_kwargs.top_k": (lambda v: v == -1 or v >= 1, "use -1 (keep all tokens) or a count >= 1"),
-    f"{_ARR}.rollout.gpu_memory_utilization": (lambda v: 0 < v <= 1, "use a fraction in (0, 1], e.g. 0.5"),
-    f"{_ARR}.rollout.update_weights_bucket_megabytes": (lambda v: v >= 1, "use a size >= 1 MB, e.g. 512"),
+    f"{ARR}.actor.optim.min_lr_ratio": (lambda v: 0 <= v <= 1, "use a fraction in [0, 1]"),
+    f"{ARR}.actor.optim.lr_warmup_steps_ratio": (lambda v: 0 <= v <= 1, "use a fraction in [0, 1]"),
+    f"{ARR}.rollout.temperature": (lambda v: v >= 0, "use a temperature >= 0, e.g. 1.0"),
+    f"{ARR}.rollout.top_p": (lambda v: 0 < v <= 1, "use a value in (0, 1], e.g. 1.0"),
+    f"{ARR}.rollout.top_k": (lambda v: v == -1 or v >= 1, "use -1 (keep all tokens) or a count >= 1"),
+    f"{ARR}.rollout.min_p": (lambda v: 0 <= v < 1, "use a value in [0, 1), e.g. 0.0 (off) or 0.05"),
+    f"{ARR}.rollout.val_kwargs.temperature": (lambda v: v >= 0, "use a temperature >= 0, e.g. 0.0"),
+    f"{ARR}.rollout.val_kwargs.top_p": (lambda v: 0 < v <= 1, "use a value in (0, 1], e.g. 1.0"),
+    f"{ARR}.rollout.val_kwargs.top_k": (lambda v: v == -1 or v >= 1, "use -1 (keep all tokens) or a count >= 1"),
+    f"{ARR}.rollout.gpu_memory_utilization": (lambda v: 0 < v <= 1, "use a fraction in (0, 1], e.g. 0.5"),
+    f"{ARR}.rollout.update_weights_bucket_megabytes": (lambda v: v >= 1, "use a size >= 1 MB, e.g. 512"),
     "algorithm.rollout_is_threshold": (lambda v: v > 1, "use a bound > 1 on the importance weight, e.g. 2.0"),
     "algorithm.kl_ctrl.kl_coef": (lambda v: v >= 0, "use a coefficient >= 0, e.g. 0.001"),
-    f"{_ARR}.actor.tau_pos": (lambda v: v > 0, "SAPO's gate temperature must be > 0, e.g. 1.0"),
-    f"{_ARR}.actor.tau_neg": (lambda v: v > 0, "SAPO's gate temperature must be > 0, e.g. 1.05"),
-    f"{_ARR}.actor.policy_loss.clip_cov_ratio": (lambda v: 0 < v <= 1, "use a fraction in (0, 1], e.g. 0.0002"),
-    f"{_ARR}.actor.policy_loss.kl_cov_ratio": (lambda v: 0 < v <= 1, "use a fraction in (0, 1], e.g. 0.0002"),
-    f"{_ARR}.actor.policy_loss.ppo_kl_coef": (lambda v: v >= 0, "use a weight >= 0, e.g. 0.1"),
+    f"{ARR}.actor.tau_pos": (lambda v: v > 0, "SAPO's gate temperature must be > 0, e.g. 1.0"),
+    f"{ARR}.actor.tau_neg": (lambda v: v > 0, "SAPO's gate temperature must be > 0, e.g. 1.05"),
+    f"{ARR}.actor.policy_loss.clip_cov_ratio": (lambda v: 0 < v <= 1, "use a fraction in (0, 1], e.g. 0.0002"),
+    f"{ARR}.actor.policy_loss.kl_cov_ratio": (lambda v: 0 < v <= 1, "use a fraction in (0, 1], e.g. 0.0002"),
+    f"{ARR}.actor.policy_loss.ppo_kl_coef": (lambda v: v >= 0, "use a weight >= 0, e.g. 0.1"),
     "reward_model.overlong_buffer.penalty_factor": (lambda v: v >= 0, "use a penalty >= 0, e.g. 1.0"),
     "trainer.log_val_generations": (lambda v: v >= 0, "use a count >= 0"),
     "reward.timeout_s": (lambda v: 0 < v < float("inf"), "use seconds per response > 0, e.g. 10"),
@@ -108,88 +107,11 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 # key -> (value that is not supported, what to do)
 _UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
-    f"{_ARR}.actor.ulysses_sequence_parallel_size": (lambda v: v != 1, "sequence parallelism is not implemented; use 1"),
-    f"{_ARR}.model.lora_rank": (lambda v: v != 0, f"LoRA is not implemented yet; remove {_ARR}.model.lora_rank"),
-    f"{_ARR}.hybrid_engine": (lambda v: not v, "only colocated actor and rollout are implemented; set it to True"),
+    f"{ARR}.actor.ulysses_sequence_parallel_size": (lambda v: v != 1, "sequence parallelism is not implemented; use 1"),
+    f"{ARR}.model.lora_rank": (lambda v: v != 0, f"LoRA is not implemented yet; remove {ARR}.model.lora_rank"),
+    f"{ARR}.hybrid_engine": (lambda v: not v, "only colocated actor and rollout are implemented; set it to True"),
     "reward_model.enable": (bool, "reward models are not implemented; set False (reward functions score)"),
 }
-
-
-@dataclass(frozen=True)
-class DerivedSizes:
-    """How one training step splits over mini-batches, devices and micro-batches."""
-
-    world_size: int
-    """Devices: trainer.n_gpus_per_node x trainer.nnodes."""
-    prompts_per_step: int
-    """data.train_batch_size."""
-    responses_per_prompt: int
-    """actor_rollout_ref.rollout.n."""
-    responses_per_step: int
-    """prompts_per_step x responses_per_prompt."""
-    prompts_per_mini_batch: int
-    """actor_rollout_ref.actor.ppo_mini_batch_size."""
-    mini_batches_per_step: int
-    """prompts_per_step // prompts_per_mini_batch."""
-    responses_per_mini_batch: int
-    """prompts_per_mini_batch x responses_per_prompt."""
-    responses_per_mini_batch_per_device: int
-    """responses_per_mini_batch // world_size."""
-    micro_batch_size_per_device: int
-    """Responses per device per forward/backward."""
-    grad_accum_steps: int
-    """Micro-batches accumulated per optimizer step on each device."""
-    ppo_epochs: int
-    """actor_rollout_ref.actor.ppo_epochs."""
-    optimizer_steps_per_step: int
-    """mini_batches_per_step x ppo_epochs."""
-    log_prob_micro_batch_size_per_device: int
-    """Responses per device per old-log-prob forward."""
-    ref_log_prob_micro_batch_size_per_device: int
-    """Responses per device per reference-log-prob forward."""
-    prompt_length: int
-    """Longest prompt in tokens (rollout.prompt_length or data.max_prompt_length)."""
-    response_length: int
-    """Longest response in tokens (rollout.response_length or data.max_response_length)."""
-    micro_batch_source: str = ""
-    """Which setting gave micro_batch_size_per_device."""
-    log_prob_micro_batch_source: str = ""
-    """Which setting gave log_prob_micro_batch_size_per_device."""
-    ref_log_prob_micro_batch_source: str = ""
-    """Which setting gave ref_log_prob_micro_batch_size_per_device."""
-    critic: CriticSizes | None = None
-    """The critic's update sizes (algorithm.adv_estimator=gae); None without a critic."""
-
-    def table(self) -> str:
-        """Aligned two-column table, one line of explanation per size."""
-        n, mini = self.responses_per_prompt, self.prompts_per_mini_batch
-        rows = [
-            ("devices", self.world_size, "= trainer.n_gpus_per_node x trainer.nnodes"),
-            ("prompts per step", self.prompts_per_step, "= data.train_batch_size"),
-            ("responses per step", self.responses_per_step,
-             f"= data.train_batch_size {self.prompts_per_step} x rollout.n {n}"),
-            ("mini-batches per step", self.mini_batches_per_step,
-             f"= data.train_batch_size {self.prompts_per_step} / actor.ppo_mini_batch_size {mini}"),
-            ("responses per mini-batch", self.responses_per_mini_batch,
-             f"= actor.ppo_mini_batch_size {mini} x rollout.n {n}"),
-            ("  per device", self.responses_per_mini_batch_per_device,
-             f"= {self.responses_per_mini_batch} / {self.world_size} devices"),
-            ("micro-batch per device", self.micro_batch_size_per_device, f"= {self.micro_batch_source}"),
-            ("grad accumulation steps", self.grad_accum_steps,
-             f"= {self.responses_per_mini_batch_per_device} / {self.micro_batch_size_per_device} per micro-batch"),
-            ("optimizer steps per step", self.optimizer_steps_per_step,
-             f"= {self.mini_batches_per_step} mini-batches x actor.ppo_epochs {self.ppo_epochs}"),
-            ("old log-prob micro-batch", self.log_prob_micro_batch_size_per_device,
-             f"= {self.log_prob_micro_batch_source} (responses per device)"),
-            ("ref log-prob micro-batch", self.ref_log_prob_micro_batch_size_per_device,
-             f"= {self.ref_log_prob_micro_batch_source} (responses per device)"),
-            ("prompt length", self.prompt_length, "tokens"),
-            ("response length", self.response_length, "tokens"),
-            *(self.critic.rows() if self.critic is not None else []),
-        ]
-        label_w = max(len(r[0]) for r in rows)
-        value_w = max(len(str(r[1])) for r in rows)
-        return "\n".join(f"{label:<{label_w}}  {value:>{value_w}}  {why}" for label, value, why in rows)
 
 
 def validate(cfg: Config) -> DerivedSizes:
@@ -200,24 +122,24 @@ def validate(cfg: Config) -> DerivedSizes:
     problems: list[str] = []
 
     def bad(key: str, fix: str) -> None:
-        problems.append(f"  - {key}={_show(_get(cfg, key))}: {fix}")
+        problems.append(f"  - {key}={shown(value_at(cfg, key))}: {fix}")
 
     for key in _POSITIVE:
-        if _get(cfg, key) < 1:
+        if value_at(cfg, key) < 1:
             bad(key, "must be a whole number >= 1")
     for key in _POSITIVE_IF_SET:
-        if _get(cfg, key) is not None and _get(cfg, key) < 1:
+        if value_at(cfg, key) is not None and value_at(cfg, key) < 1:
             bad(key, "must be a whole number >= 1, or null to use the default")
     sizes_ok = not problems  # the divisibility checks below divide by these
     for key, allowed in _CHOICES.items():
-        if _get(cfg, key) not in allowed:
+        if value_at(cfg, key) not in allowed:
             implemented = "thinkrl implements only" if len(allowed) == 1 else "use one of"
             bad(key, f"{implemented}: {', '.join(allowed)}")
     for key, (ok, fix) in _RANGES.items():
-        if not ok(_get(cfg, key)):
+        if not ok(value_at(cfg, key)):
             bad(key, fix)
     for key, (unsupported, fix) in _UNSUPPORTED.items():
-        if unsupported(_get(cfg, key)):
+        if unsupported(value_at(cfg, key)):
             bad(key, fix)
     _check_combinations(cfg, bad, problems)
     if sizes_ok:
@@ -233,15 +155,15 @@ def _check_combinations(cfg: Config, bad: Callable[[str, str], None], problems: 
     if cfg.data.val_template is not None and cfg.data.val_template not in TEMPLATES:
         bad("data.val_template", f"use one of: {', '.join(TEMPLATES)}, or null for data.template's")
     if cfg.algorithm.adv_estimator == "grpo" and arr.rollout.n == 1:
-        bad(f"{_ARR}.rollout.n", "GRPO compares responses within a group, so n=1 gives all-zero advantages; "
+        bad(f"{ARR}.rollout.n", "GRPO compares responses within a group, so n=1 gives all-zero advantages; "
             "set actor_rollout_ref.rollout.n>=2 (e.g. 5)")
     if arr.actor.use_kl_loss and cfg.algorithm.use_kl_in_reward:
         problems.append(
-            f"  - {_ARR}.actor.use_kl_loss=True and algorithm.use_kl_in_reward=True: this counts the KL twice; "
+            f"  - {ARR}.actor.use_kl_loss=True and algorithm.use_kl_in_reward=True: this counts the KL twice; "
             "pick one (GRPO uses the loss: set algorithm.use_kl_in_reward=False)"
         )
     for problem in logger_problems(cfg.trainer.logger):
-        problems.append(f"  - trainer.logger={_show(cfg.trainer.logger)}: {problem}")
+        problems.append(f"  - trainer.logger={shown(cfg.trainer.logger)}: {problem}")
     if cfg.trainer.resume_mode == "resume_path" and not cfg.trainer.resume_from_path:
         bad("trainer.resume_from_path", "trainer.resume_mode=resume_path needs the checkpoint path here")
     if cfg.custom_reward_function.path and cfg.reward.scorer != "auto":
@@ -265,7 +187,7 @@ def _check_combinations(cfg: Config, bad: Callable[[str, str], None], problems: 
             f"trainer.nnodes = {world}; use trainer.backend=ray (or auto), or one device")
     tp = arr.rollout.tensor_model_parallel_size
     if arr.rollout.name != "native" and tp >= 1 and world >= 1 and world % tp:
-        bad(f"{_ARR}.rollout.tensor_model_parallel_size",
+        bad(f"{ARR}.rollout.tensor_model_parallel_size",
             f"must divide the device count {world} (trainer.n_gpus_per_node x trainer.nnodes); "
             f"use one of {', '.join(map(str, divisors(world)))}")
 
@@ -285,22 +207,22 @@ def _check_algorithm(cfg: Config, bad: Callable[[str, str], None]) -> None:
     """Settings of the advantage estimators, policy losses and DAPO switches."""
     algo, arr = cfg.algorithm, cfg.actor_rollout_ref
     if algo.adv_estimator in _GROUP_ESTIMATORS[1:] and arr.rollout.n == 1:
-        bad(f"{_ARR}.rollout.n", f"{algo.adv_estimator} compares the responses to one prompt, so it needs "
+        bad(f"{ARR}.rollout.n", f"{algo.adv_estimator} compares the responses to one prompt, so it needs "
             "actor_rollout_ref.rollout.n>=2 (e.g. 4)")
     loss = arr.actor.policy_loss
     low = arr.actor.clip_ratio_low
     if low is not None and low >= 1 and loss.loss_mode != "cispo":
-        bad(f"{_ARR}.actor.clip_ratio_low", "use a value in (0, 1), e.g. 0.2, or null (only "
+        bad(f"{ARR}.actor.clip_ratio_low", "use a value in (0, 1), e.g. 0.2, or null (only "
             "policy_loss.loss_mode=cispo takes >= 1, meaning no lower bound on its weight)")
     if loss.clip_cov_lb >= loss.clip_cov_ub:
-        bad(f"{_ARR}.actor.policy_loss.clip_cov_lb",
+        bad(f"{ARR}.actor.policy_loss.clip_cov_lb",
             f"must be below policy_loss.clip_cov_ub={loss.clip_cov_ub} (verl: 1.0 and 5.0)")
     groups = algo.filter_groups
     if groups.enable and not groups.metric:
         bad("algorithm.filter_groups.metric", "dynamic sampling needs the value whose constant groups are "
             "dropped: set algorithm.filter_groups.metric=acc (or score, seq_reward, seq_final_reward)")
     if groups.enable and arr.rollout.n == 1:
-        bad(f"{_ARR}.rollout.n", "a group of one response is never constant, so dynamic sampling would "
+        bad(f"{ARR}.rollout.n", "a group of one response is never constant, so dynamic sampling would "
             "drop nothing; set rollout.n>=2 or algorithm.filter_groups.enable=False")
     if groups.enable and groups.metric == "seq_final_reward" and algo.use_kl_in_reward:
         bad("algorithm.filter_groups.metric", "groups are filtered before the KL-in-reward penalty is "
@@ -323,7 +245,7 @@ def _check_divisibility(cfg: Config, problems: list[str]) -> None:
     devices = (
         f"{world} devices (trainer.n_gpus_per_node {cfg.trainer.n_gpus_per_node} x trainer.nnodes {cfg.trainer.nnodes})"
     )
-    mini_key, micro_key = f"{_ARR}.actor.ppo_mini_batch_size", f"{_ARR}.actor.ppo_micro_batch_size"
+    mini_key, micro_key = f"{ARR}.actor.ppo_mini_batch_size", f"{ARR}.actor.ppo_micro_batch_size"
     if train % mini:
         problems.append(
             f"  - data.train_batch_size={train} is not a multiple of {mini_key}={mini}: each step's prompts must "
@@ -332,94 +254,30 @@ def _check_divisibility(cfg: Config, problems: list[str]) -> None:
         )
     if (train * n) % world and not (mini * n) % world:  # else the mini-batch message below says it
         problems.append(
-            f"  - responses per step = data.train_batch_size {train} x {_ARR}.rollout.n {n} = {train * n} do not "
+            f"  - responses per step = data.train_batch_size {train} x {ARR}.rollout.n {n} = {train * n} do not "
             f"split evenly over {devices}; change data.train_batch_size, rollout.n or the device count"
         )
     if (mini * n) % world:
         problems.append(
-            f"  - responses per mini-batch = {mini_key} {mini} x {_ARR}.rollout.n {n} = {mini * n} do not split "
+            f"  - responses per mini-batch = {mini_key} {mini} x {ARR}.rollout.n {n} = {mini * n} do not split "
             f"evenly over {devices}; change {mini_key}, rollout.n or the device count so that "
             f"{mini * n} is a multiple of {world}"
         )
         return
     for role in ("actor", "rollout", "ref"):
         prefix = "ppo_" if role == "actor" else "log_prob_"
-        key = f"{_ARR}.{role}.{prefix}micro_batch_size"
-        size = _get(cfg, key)
-        if size is not None and _get(cfg, f"{key}_per_gpu") is None and size % world:
+        key = f"{ARR}.{role}.{prefix}micro_batch_size"
+        size = value_at(cfg, key)
+        if size is not None and value_at(cfg, f"{key}_per_gpu") is None and size % world:
             problems.append(
                 f"  - {key}={size} (deprecated, counted over all devices) is not a multiple of the {devices}; "
                 f"set {key}_per_gpu instead (e.g. {key}_per_gpu={max(size // world, 1)})"
             )
     per_device = mini * n // world
-    micro, source = _micro(cfg, "actor", fallback=per_device)
+    micro, source = micro_size(cfg, "actor", fallback=per_device)
     if per_device % micro:
         problems.append(
             f"  - responses per mini-batch per device = {mini * n} / {world} = {per_device} is not a multiple of "
             f"the micro-batch size {micro} ({source}); set {micro_key}_per_gpu to a divisor of {per_device} "
             f"(e.g. {near_divisors(per_device, micro)})"
         )
-
-
-def derive_sizes(cfg: Config) -> DerivedSizes:
-    """Sizes implied by ``cfg``; call ``validate`` first (it returns the same thing)."""
-    arr, data = cfg.actor_rollout_ref, cfg.data
-    world = cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes
-    n, mini = arr.rollout.n, arr.actor.ppo_mini_batch_size
-    per_device = mini * n // world
-    micro, micro_source = _micro(cfg, "actor", fallback=per_device)
-    log_prob, log_prob_source = _micro(cfg, "rollout", fallback=micro)
-    ref, ref_source = _micro(cfg, "ref", fallback=micro)
-    mini_batches = data.train_batch_size // mini
-    return DerivedSizes(
-        world_size=world,
-        prompts_per_step=data.train_batch_size,
-        responses_per_prompt=n,
-        responses_per_step=data.train_batch_size * n,
-        prompts_per_mini_batch=mini,
-        mini_batches_per_step=mini_batches,
-        responses_per_mini_batch=mini * n,
-        responses_per_mini_batch_per_device=per_device,
-        micro_batch_size_per_device=micro,
-        grad_accum_steps=per_device // micro,
-        ppo_epochs=arr.actor.ppo_epochs,
-        optimizer_steps_per_step=mini_batches * arr.actor.ppo_epochs,
-        log_prob_micro_batch_size_per_device=log_prob,
-        ref_log_prob_micro_batch_size_per_device=ref,
-        prompt_length=arr.rollout.prompt_length or data.max_prompt_length,
-        response_length=arr.rollout.response_length or data.max_response_length,
-        micro_batch_source=micro_source,
-        log_prob_micro_batch_source=log_prob_source,
-        ref_log_prob_micro_batch_source=ref_source,
-        critic=critic_sizes(cfg) if uses_critic(cfg) else None,
-    )
-
-
-def _micro(cfg: Config, role: str, *, fallback: int) -> tuple[int, str]:
-    """Per-device micro-batch size of ``role`` and the setting it came from."""
-    name = "ppo_micro_batch_size" if role == "actor" else "log_prob_micro_batch_size"
-    per_gpu = _get(cfg, f"{_ARR}.{role}.{name}_per_gpu")
-    total = _get(cfg, f"{_ARR}.{role}.{name}")
-    world = cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes
-    if per_gpu is not None:
-        return per_gpu, f"{role}.{name}_per_gpu"
-    if total is not None:
-        return max(total // world, 1), f"{role}.{name} {total} / {world} devices"
-    if role == "actor":
-        return fallback, "not set: one micro-batch per mini-batch"
-    return fallback, "not set: the actor's micro-batch"
-
-
-@functools.lru_cache(maxsize=256)
-def _path(key: str) -> tuple[str, ...]:
-    return tuple(key.split("."))
-
-
-def _get(obj: Any, key: str) -> Any:
-    for part in _path(key):
-        obj = getattr(obj, part)
-    return obj
-
-
-def _show(value: Any) -> str:
-    return "null" if value is None else str(value)

@@ -12,9 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from thinkrl.config.choices import LOSS_AGG_MODES, near_divisors
+from thinkrl.config.keys import ARR
 from thinkrl.config.schema import Config
-
-_ARR = "actor_rollout_ref"
 
 
 def uses_critic(cfg: Config) -> bool:
@@ -84,31 +83,38 @@ def _per_device(per_gpu: int | None, total: int | None, name: str, *, world: int
     return fallback, fallback_source
 
 
+Problem = tuple[str, object, str]
+"""(key, its value, what to do)."""
+
+
 def critic_problems(cfg: Config) -> list[str]:
     """Every problem of the critic's keys, one '  - key=value: fix' line each."""
-    critic, problems = cfg.critic, []
-
-    def bad(key: str, value, fix: str) -> None:
-        problems.append(f"  - {key}={'null' if value is None else value}: {fix}")
-
+    critic, found = cfg.critic, []
     if critic.enable is not None and critic.enable != uses_critic(cfg):
-        bad("critic.enable", critic.enable,
-            "thinkrl builds the critic exactly when algorithm.adv_estimator=gae (PPO with a critic); "
-            "remove critic.enable (or set algorithm.adv_estimator=gae to train one)")
-    if not uses_critic(cfg):
-        return problems
-    algo = cfg.algorithm
+        found.append(("critic.enable", critic.enable,
+                      "thinkrl builds the critic exactly when algorithm.adv_estimator=gae (PPO with a "
+                      "critic); remove critic.enable (or set algorithm.adv_estimator=gae to train one)"))
+    if uses_critic(cfg):
+        found += _value_problems(cfg)
+        if not found:  # the sizes divide by values checked above
+            found += _size_problems(cfg)
+    return [f"  - {key}={'null' if value is None else value}: {fix}" for key, value, fix in found]
+
+
+def _value_problems(cfg: Config) -> list[Problem]:
+    """Each critic (and GAE) value against its range."""
+    critic, algo, found = cfg.critic, cfg.algorithm, []
     for key, value in (("algorithm.gamma", algo.gamma), ("algorithm.lam", algo.lam)):
         if not 0 <= value <= 1:
-            bad(key, value, "use a value in [0, 1] (verl's PPO examples: 1.0)")
+            found.append((key, value, "use a value in [0, 1] (verl's PPO examples: 1.0)"))
     if cfg.trainer.critic_warmup < 0:
-        bad("trainer.critic_warmup", cfg.trainer.critic_warmup, "use a step count >= 0 (0: no warmup)")
+        found.append(("trainer.critic_warmup", cfg.trainer.critic_warmup, "use a step count >= 0 (0: no warmup)"))
     for name in ("ppo_mini_batch_size", "ppo_epochs", "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu",
                  "forward_micro_batch_size", "forward_micro_batch_size_per_gpu"):
         value = getattr(critic, name)
         if value is not None and value < 1:
-            bad(f"critic.{name}", value, "must be a whole number >= 1, or null for the default "
-                "(the actor's value for ppo_mini_batch_size and ppo_epochs)")
+            found.append((f"critic.{name}", value, "must be a whole number >= 1, or null for the default "
+                          "(the actor's value for ppo_mini_batch_size and ppo_epochs)"))
     ranges = {
         "critic.cliprange_value": (critic.cliprange_value, lambda v: v > 0, "use a clip range > 0, e.g. 0.5"),
         "critic.grad_clip": (critic.grad_clip, lambda v: v > 0, "use a norm > 0, e.g. 1.0"),
@@ -134,26 +140,26 @@ def critic_problems(cfg: Config) -> list[str]:
         "critic.model.lora_rank": (critic.model.lora_rank, lambda v: v == 0,
                                    "LoRA is not implemented yet; remove critic.model.lora_rank"),
     }
-    for key, (value, ok, fix) in ranges.items():
-        if not ok(value):
-            bad(key, value, fix)
-    if problems:  # the sizes below divide by values checked above
-        return problems
-    sizes = critic_sizes(cfg)
+    return found + [(key, value, fix) for key, (value, ok, fix) in ranges.items() if not ok(value)]
+
+
+def _size_problems(cfg: Config) -> list[Problem]:
+    """The critic's mini- and micro-batches against the step's responses and the devices."""
+    critic, sizes = cfg.critic, critic_sizes(cfg)
     train, mini, n = cfg.data.train_batch_size, sizes.prompts_per_mini_batch, cfg.actor_rollout_ref.rollout.n
     world = cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes
     key = "critic.ppo_mini_batch_size"
     if train % mini:
-        bad(key, critic.ppo_mini_batch_size,
-            f"data.train_batch_size={train} must split into whole critic mini-batches of {mini} prompts; "
-            f"set {key} to a divisor of {train} (e.g. {near_divisors(train, mini)})")
-    elif (mini * n) % world:
-        bad(key, critic.ppo_mini_batch_size, f"{mini} prompts x {_ARR}.rollout.n {n} = {mini * n} responses "
-            f"do not split evenly over {world} devices; change it, rollout.n or the device count")
-    elif sizes.responses_per_mini_batch_per_device % sizes.micro_batch_size_per_device:
-        per_device, micro = sizes.responses_per_mini_batch_per_device, sizes.micro_batch_size_per_device
-        bad("critic.ppo_micro_batch_size_per_gpu", critic.ppo_micro_batch_size_per_gpu,
-            f"the critic's {per_device} responses per mini-batch per device are not a multiple of the "
-            f"micro-batch size {micro} ({sizes.micro_batch_source}); set critic.ppo_micro_batch_size_per_gpu "
-            f"to a divisor of {per_device} (e.g. {near_divisors(per_device, micro)})")
-    return problems
+        return [(key, critic.ppo_mini_batch_size,
+                 f"data.train_batch_size={train} must split into whole critic mini-batches of {mini} prompts; "
+                 f"set {key} to a divisor of {train} (e.g. {near_divisors(train, mini)})")]
+    if (mini * n) % world:
+        return [(key, critic.ppo_mini_batch_size, f"{mini} prompts x {ARR}.rollout.n {n} = {mini * n} responses "
+                 f"do not split evenly over {world} devices; change it, rollout.n or the device count")]
+    per_device, micro = sizes.responses_per_mini_batch_per_device, sizes.micro_batch_size_per_device
+    if per_device % micro:
+        return [("critic.ppo_micro_batch_size_per_gpu", critic.ppo_micro_batch_size_per_gpu,
+                 f"the critic's {per_device} responses per mini-batch per device are not a multiple of the "
+                 f"micro-batch size {micro} ({sizes.micro_batch_source}); set critic.ppo_micro_batch_size_per_gpu "
+                 f"to a divisor of {per_device} (e.g. {near_divisors(per_device, micro)})")]
+    return []

@@ -24,7 +24,7 @@ ROW_HEIGHT_IN = 3.6
 MAX_BARS = 60
 PASS_AT_K = re.compile(r"val-aux/(?P<source>.+)/reward/pass@(?P<k>\d+)$")
 THROUGHPUT = re.compile(r"throughput|tokens?_per_s(ec|econd)?$|tok(en)?s?/s$")
-# The stages of one training step, in the order they run (thinkrl.trainer.grpo_step).
+# The stages of one training step, in the order they run (thinkrl.trainer.train_step).
 STAGES = ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "update_weights")
 POLICY_PLOTS = (  # subplot title, keys
     ("KL to the reference", ("actor/kl_loss", "actor/reward_kl_penalty")),
