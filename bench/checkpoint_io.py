@@ -21,7 +21,7 @@ from thinkrl.build import build_run
 from thinkrl.checkpoint.state import Progress, load_checkpoint, save_checkpoint
 from thinkrl.commands.common import recipe_path
 from thinkrl.config import load_config
-from thinkrl.trainer import grpo_step
+from thinkrl.trainer import train_step
 
 SMALL_STEP = ["trainer.logger=[]", "data.train_batch_size=8", "actor_rollout_ref.rollout.n=4",
               "actor_rollout_ref.actor.ppo_mini_batch_size=8",
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
                                                 *SMALL_STEP, *args.overrides])
         run = build_run(cfg, log=quiet)
         try:
-            grpo_step(run, 1)
+            train_step(run, 1)
             saves, loads = [], []
             for i in range(args.repeats):
                 start = time.perf_counter()
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
                 start = time.perf_counter()
                 load_checkpoint(run, folder, log=quiet)
                 loads.append(time.perf_counter() - start)
-            params = sum(p.numel() for p in run.actor.model.parameters())
+            params = sum(p.numel() for p in run.actor.group.rank.actor.model.parameters())
             files = {p.relative_to(folder).as_posix(): p.stat().st_size
                      for p in Path(folder).rglob("*") if p.is_file()}
         finally:

@@ -36,7 +36,7 @@ from thinkrl.build import build_run
 from thinkrl.parallel.device import peak_memory_bytes, reset_peak_memory
 from thinkrl.cli import recipe_path
 from thinkrl.config import load_config
-from thinkrl.trainer import grpo_step
+from thinkrl.trainer import train_step
 
 PROMPTS, SAMPLES, RESPONSE_TOKENS = 8, 8, 64
 WORKLOAD = [
@@ -130,14 +130,14 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as err:  # a user mistake: the message says what to do
             print(f"bench: error: {err}", file=sys.stderr)
             return 2
-        model = run.actor.model
+        model = run.actor.group.rank.actor.model
         device = next(model.parameters()).device
         for step in range(args.warmup):
             start = time.perf_counter()
-            grpo_step(run, step + 1)
+            train_step(run, step + 1)
             print(f"# warmup step {step + 1}: {time.perf_counter() - start:.2f} s")
         reset_peak_memory(device)
-        measured = [grpo_step(run, args.warmup + i + 1) for i in range(args.steps)]
+        measured = [train_step(run, args.warmup + i + 1) for i in range(args.steps)]
         run.close()
     peak, peak_kind = peak_memory_bytes(device)
     info = {

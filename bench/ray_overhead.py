@@ -32,7 +32,7 @@ from grpo_step import PROMPTS, SAMPLES, STAGES, WORKLOAD, summarize  # noqa: E40
 from thinkrl.build import build_run  # noqa: E402
 from thinkrl.cli import recipe_path  # noqa: E402
 from thinkrl.config import load_config  # noqa: E402
-from thinkrl.trainer import grpo_step  # noqa: E402
+from thinkrl.trainer import train_step  # noqa: E402
 
 
 def measure(overrides: list[str], *, warmup: int, steps: int) -> tuple[dict, float, object]:
@@ -45,8 +45,8 @@ def measure(overrides: list[str], *, warmup: int, steps: int) -> tuple[dict, flo
         run = build_run(cfg, log=lambda message: print(f"# {message}"))
         built = time.perf_counter() - start
         for step in range(warmup):
-            grpo_step(run, step + 1)
-        measured = [grpo_step(run, warmup + i + 1) for i in range(steps)]
+            train_step(run, step + 1)
+        measured = [train_step(run, warmup + i + 1) for i in range(steps)]
     responses = cfg.data.train_batch_size * cfg.actor_rollout_ref.rollout.n
     return summarize(measured, responses=responses), built, run
 

@@ -29,7 +29,7 @@ from thinkrl.config import load_config
 from thinkrl.data.image_arith import examples
 from thinkrl.data.prep.examples import Example, to_verl_rows, write_rows
 from thinkrl.data.synthetic import INSTRUCTION
-from thinkrl.trainer import grpo_step
+from thinkrl.trainer import train_step
 
 PROMPTS, SAMPLES, RESPONSE_TOKENS = 4, 4, 32
 SHARED_TOKENIZER = Path(__file__).resolve().parents[2] / "shared/data/tokenizers/qwen2.5"
@@ -65,7 +65,7 @@ def time_steps(model: str, data: Path, run_dir: Path, overrides: list[str], *,
                                         f"trainer.default_local_dir={run_dir}", *overrides])
     run = build_run(cfg, log=lambda *_: None)
     try:
-        measured = [grpo_step(run, step + 1) for step in range(warmup + steps)][warmup:]
+        measured = [train_step(run, step + 1) for step in range(warmup + steps)][warmup:]
     finally:
         run.close()
     mean = lambda key: sum(m[key] for m in measured) / len(measured)  # noqa: E731

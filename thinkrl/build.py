@@ -31,7 +31,8 @@ from thinkrl.preflight import check_backend
 from thinkrl.reward_watch import FailureBreaker, ZeroRewardWatch
 from thinkrl.rewards.scorer import RewardScorer
 from thinkrl.run import Roles, Run
-from thinkrl.workers.policy_rank import PolicyRank, RankSpec
+from thinkrl.workers.group import LocalGroup
+from thinkrl.workers.policy_rank import RankSpec
 
 from thinkrl.workers.handles import ActorHandle, CriticHandle, EngineHandle, ReferenceHandle
 from thinkrl.workers.ray_group import RayWorkerGroup
@@ -134,7 +135,7 @@ def _start(run: Run, resume_from: Path | None, *, log) -> None:
     """Load the checkpoint resumed from, open metrics.jsonl, start the scorers."""
     if resume_from is not None:  # the reference keeps the initial weights
         run.progress = load_checkpoint(run, resume_from, log=log)
-        run.engine.update_weights(run.actor.weights())  # an engine with its own copy
+        run.engine.sync_weights()  # an engine with its own copy of the weights
     # Only now, with the checkpoint loaded, may metrics.jsonl change; it is
     # continued only when the checkpoint belongs to this run directory.
     own = resume_from is not None and resume_from.parent == run.run_dir
@@ -143,13 +144,19 @@ def _start(run: Run, resume_from: Path | None, *, log) -> None:
 
 
 def build_roles(spec: RankSpec, *, log=print) -> Roles:
+    """The driver's handles over the run's ranks: one `PolicyRank` in this
+    process (trainer.backend=local) or one Ray actor per device (ray); the
+    handles are the same. The weight sync is chosen here: an engine with its
+    own weights (vllm) is refreshed after each update; the native engine
+    samples from the actor's module and needs none."""
     if execution_backend(spec.cfg) == "local":
-        rank = PolicyRank(spec)
-        return Roles(rank.actor, rank.reference, rank.engine, synchronizer(rank.device),
-                     close=getattr(rank.engine, "close", lambda: None), critic=rank.critic)
-    group = RayWorkerGroup.start(spec, log=log)
+        group = LocalGroup(spec)
+        sync = synchronizer(group.rank.device)
+    else:
+        group, sync = RayWorkerGroup.start(spec, log=log), (lambda: None)  # Ray calls already waited
     return Roles(ActorHandle(group), ReferenceHandle(group) if spec.with_reference else None,
-                 EngineHandle(group), sync=lambda: None, close=group.close,
+                 EngineHandle(group, own_weights=spec.cfg.actor_rollout_ref.rollout.name != "native"),
+                 sync=sync, close=group.close,
                  critic=CriticHandle(group) if spec.sizes.critic is not None else None)
 
 

@@ -1,5 +1,5 @@
 """A built run, as the driver and its stages see it: the roles (`Roles`:
-the plain workers of one process, or the handles of a Ray worker group), the
+handles over one in-process rank or a Ray worker group), the
 data, the scorers and watchers, and where training stands.
 
 Built by `thinkrl.build.build_run`; the stages (`thinkrl.trainer`,
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from thinkrl.algos.kl_control import KLController
 from thinkrl.checkpoint.lock import RunLock
@@ -20,13 +20,8 @@ from thinkrl.data.dataset import Prompt, PromptLoader
 from thinkrl.metrics import MetricsLog
 from thinkrl.reward_watch import FailureBreaker, ZeroRewardWatch
 from thinkrl.rewards.scorer import RewardScorer
-from thinkrl.rollout.base import RolloutEngine, SamplingParams
-
-if TYPE_CHECKING:
-    from thinkrl.workers.actor import ActorWorker
-    from thinkrl.workers.critic import CriticWorker
-    from thinkrl.workers.handles import ActorHandle, CriticHandle, ReferenceHandle
-    from thinkrl.workers.reference import ReferenceWorker
+from thinkrl.rollout.base import SamplingParams
+from thinkrl.workers.roles import PolicyRole, ReferenceRole, RolloutRole, ValueRole
 
 
 @dataclass
@@ -37,11 +32,11 @@ class Run:
     model_path: str
     """actor_rollout_ref.model.path with `builtin:` names resolved to folders."""
     tokenizer: object
-    actor: ActorWorker | ActorHandle
-    """The policy and its update: the plain role (local) or a handle that
-    fans out to the ranks of a Ray worker group (ray)."""
-    reference: ReferenceWorker | ReferenceHandle | None
-    engine: RolloutEngine
+    actor: PolicyRole
+    """The policy and its update: a handle over the run's ranks (one in this
+    process, or one Ray actor per device: `thinkrl.workers.handles`)."""
+    reference: ReferenceRole | None
+    engine: RolloutRole
     train_loader: PromptLoader
     val_prompts: list[Prompt]
     reward: RewardScorer
@@ -64,7 +59,7 @@ class Run:
     """Stops the run when most responses fail to score (reward.max_failure_rate)."""
     lock: RunLock | None = None
     """This run's exclusive hold on run_dir (thinkrl.checkpoint.lock); close() frees it."""
-    critic: CriticWorker | CriticHandle | None = None
+    critic: ValueRole | None = None
     """PPO's value model and its update (algorithm.adv_estimator=gae); None otherwise."""
 
     def close(self) -> None:
@@ -94,16 +89,15 @@ class Run:
 
 @dataclass(frozen=True)
 class Roles:
-    """What the driver calls: the plain roles of one PolicyRank in this
-    process (local backend), or the driver-side handles of a Ray worker
-    group with one rank per device (ray backend)."""
+    """What the driver calls: the handles of the run's ranks (one
+    `PolicyRank` in this process, or one Ray actor per device)."""
 
-    actor: ActorWorker | ActorHandle
-    reference: ReferenceWorker | ReferenceHandle | None
-    engine: RolloutEngine
+    actor: PolicyRole
+    reference: ReferenceRole | None
+    engine: RolloutRole
     sync: Callable[[], None]
     """Waits for the device's queued work (a no-op when Ray calls already waited)."""
     close: Callable[[], None]
     """Stops the workers (ray backend)."""
-    critic: CriticWorker | CriticHandle | None = None
+    critic: ValueRole | None = None
     """The value model (algorithm.adv_estimator=gae), or None."""

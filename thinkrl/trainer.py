@@ -226,7 +226,7 @@ def update_actor(run: Run, batch: TrainBatch, *, step: int, timer: StageTimer) -
     with timer("update_actor"):
         metrics = run.actor.update_policy(batch)
     with timer("update_weights"):
-        run.engine.update_weights(run.actor.weights())
+        run.engine.sync_weights()
     return metrics
 
 
@@ -237,7 +237,7 @@ def train_batch(run: Run, rollouts: Rollouts, sequences: Sequences, *, advantage
                       position_ids=position_ids, response_mask=rollouts.response_mask.float(),
                       advantages=advantages,
                       old_logprobs=None if run.on_policy else old_logprobs,
-                      ref_logprobs=ref_logprobs if run.actor.kl_estimator is not None else None,
+                      ref_logprobs=ref_logprobs if run.cfg.actor_rollout_ref.actor.use_kl_loss else None,
                       model_inputs=rollouts.model_inputs)
 
 

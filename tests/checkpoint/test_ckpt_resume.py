@@ -210,10 +210,11 @@ def test_pickled_objects_are_refused(straight, resumed_run, tmp_path):
     straight_dir, _ = straight
     bad = shutil.copytree(straight_dir / "global_step_1", tmp_path / "global_step_1")
     torch.save({"step": 1, "payload": _Payload()}, bad / TRAINER_STATE_FILE)
-    before = [p.detach().clone() for p in resumed_run.actor.model.parameters()]
+    before = [p.detach().clone() for p in resumed_run.actor.group.rank.actor.model.parameters()]
     with pytest.raises(pickle.UnpicklingError):
         load_checkpoint(resumed_run, bad, log=lambda *_: None)
-    assert all(torch.equal(b, p) for b, p in zip(before, resumed_run.actor.model.parameters()))
+    after = resumed_run.actor.group.rank.actor.model.parameters()
+    assert all(torch.equal(b, p) for b, p in zip(before, after))
 
 
 def test_export_gives_the_actors_log_probs(straight, resumed_run, tmp_path, tiny_model_dir):
@@ -229,7 +230,7 @@ def test_export_gives_the_actors_log_probs(straight, resumed_run, tmp_path, tiny
     model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(out)
     assert tokenizer.get_vocab() == AutoTokenizer.from_pretrained(tiny_model_dir).get_vocab()
-    actor = resumed_run.actor
+    actor = resumed_run.actor.group.rank.actor
     exported = model.state_dict()
     for name, tensor in actor.model.state_dict().items():
         assert torch.equal(exported[name], tensor), name

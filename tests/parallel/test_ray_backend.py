@@ -80,7 +80,7 @@ def test_two_ranks_update_equals_one_process(asset_cache, tiny_model_dir, tmp_pa
                     "actor/pg_clipfrac", "actor/lr"):
             assert m_ray[key] == pytest.approx(m_local[key], rel=1e-5, abs=1e-7), key
         after = sharded.actor.full_weights()
-        for name, tensor in local.actor.model.state_dict().items():
+        for name, tensor in local.actor.group.rank.actor.model.state_dict().items():
             torch.testing.assert_close(after[name], tensor, rtol=0, atol=1e-5, msg=name)
 
         # a sharded checkpoint, exported as one Hugging Face folder without a process group
@@ -161,7 +161,7 @@ def test_ranks_whose_responses_end_at_different_steps_train_and_validate(
         for key in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "actor/entropy"):
             assert m_ray[key] == pytest.approx(m_local[key], rel=1e-5, abs=1e-7), key
         after = sharded.actor.full_weights()
-        for name, tensor in local.actor.model.state_dict().items():
+        for name, tensor in local.actor.group.rank.actor.model.state_dict().items():
             torch.testing.assert_close(after[name], tensor, rtol=0, atol=1e-5, msg=name)
 
         result = train_run(sharded, log=lambda *_: None)  # 2 steps, validated before and after each

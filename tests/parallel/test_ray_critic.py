@@ -71,7 +71,8 @@ def test_two_rank_critic_equals_one_process_and_its_shards_resume_on_one(asset_c
             load_checkpoint(fresh, folder, log=lambda *_: None)
             torch.testing.assert_close(critic_values(fresh, rollouts, seqs, timer), after_local,
                                        rtol=0, atol=1e-5)
-            assert fresh.critic.learner.optimizer.state_dict()["state"][0]["step"].item() == 2  # two mini-batches
+            optimizer = fresh.critic.group.rank.critic.learner.optimizer
+            assert optimizer.state_dict()["state"][0]["step"].item() == 2  # two mini-batches
         finally:
             fresh.close()
     finally:

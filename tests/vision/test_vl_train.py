@@ -186,7 +186,7 @@ def test_image_and_text_prompts_on_two_ray_ranks_equal_one_process(asset_cache, 
         for key in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm"):
             assert m_ray[key] == pytest.approx(m_local[key], rel=1e-5, abs=1e-7), key
         after = sharded.actor.full_weights()
-        for name, tensor in local.actor.model.state_dict().items():
+        for name, tensor in local.actor.group.rank.actor.model.state_dict().items():
             torch.testing.assert_close(after[name], tensor, rtol=0, atol=1e-5, msg=name)
     finally:
         local.close()

@@ -117,7 +117,8 @@ def _trainer_state(run, progress: Progress, actor_state: dict) -> dict:
         "engine_generator": run.engine.generator_state(),
         "loader": run.train_loader.state_dict(),
         "kl_controller": None if run.kl_controller is None else run.kl_controller.state_dict(),
-        "rng": capture_rng(run.actor.device),
+        "rng": capture_rng(),  # this (the driver's) process
+        "device_rng": run.actor.device_rng_states(),  # each rank's accelerator, None on a CPU
         "critic": None if run.critic is None else run.critic.state_dict(),
     }
 
@@ -140,7 +141,9 @@ def load_checkpoint(run, folder: Path, *, log=print) -> Progress:
     run.train_loader.load_state_dict(state["loader"])
     if run.kl_controller is not None and state["kl_controller"] is not None:
         run.kl_controller.load_state_dict(state["kl_controller"])
-    restore_rng(state["rng"], run.actor.device)
+    restore_rng(state["rng"])
+    # Checkpoints of releases before per-rank states kept the one process's device state in "rng".
+    run.actor.load_device_rng_states(state.get("device_rng") or [state["rng"].get("device")])
     assert state["step"] == step_of(folder), (folder, state["step"])
     log(f"restored {folder.name} ({time.perf_counter() - start:.2f} s): model, optimizer, "
         f"LR schedule, data position (epoch {run.train_loader.epoch}, batch "
@@ -161,16 +164,13 @@ def _note_config_changes(cfg, folder: Path, meta: dict, *, log) -> None:
         "the run continues with the new values, so it is not an exact continuation")
 
 
-def capture_rng(device: torch.device) -> dict:
-    """The global generators, which code outside thinkrl (a reward function,
-    a library) may draw from."""
+def capture_rng() -> dict:
+    """This process's global generators (CPU torch, python, numpy), which code
+    outside thinkrl (a reward function, a library) may draw from."""
     version, mt_state, gauss_next = random.getstate()
     state = {"torch_cpu": torch.get_rng_state(),
              "python": {"version": version, "state": torch.tensor(mt_state, dtype=torch.int64),
                         "gauss_next": gauss_next}}
-    accelerator = _accelerator_module(device)
-    if accelerator is not None:
-        state["device"] = accelerator.get_rng_state_all()
     try:
         import numpy as np
     except ImportError:
@@ -181,19 +181,28 @@ def capture_rng(device: torch.device) -> dict:
     return state
 
 
-def restore_rng(state: dict, device: torch.device) -> None:
+def restore_rng(state: dict) -> None:
     torch.set_rng_state(state["torch_cpu"])
     py = state["python"]
     random.setstate((py["version"], tuple(py["state"].tolist()), py["gauss_next"]))
-    accelerator = _accelerator_module(device)
-    if accelerator is not None and "device" in state:
-        accelerator.set_rng_state_all(state["device"])
     if "numpy" in state:
         import numpy as np
 
         s = state["numpy"]
         np.random.set_state((s["kind"], s["keys"].numpy().astype(np.uint32), s["pos"],
                              s["has_gauss"], s["cached_gaussian"]))
+
+
+def device_rng_state(device: torch.device) -> list[torch.Tensor] | None:
+    """The generators of `device`'s accelerator (a rank's), None on a CPU."""
+    accelerator = _accelerator_module(device)
+    return None if accelerator is None else accelerator.get_rng_state_all()
+
+
+def set_device_rng_state(state: list[torch.Tensor] | None, device: torch.device) -> None:
+    accelerator = _accelerator_module(device)
+    if accelerator is not None and state is not None:
+        accelerator.set_rng_state_all(state)
 
 
 def _accelerator_module(device: torch.device):

@@ -106,10 +106,8 @@ class NativeEngine:
     def generator_state(self) -> Tensor:
         return self.generator.get_state()
 
-    def set_generator_state(self, state: Tensor | list[Tensor]) -> None:
-        """A state, or the per-rank states of a sharded run (rank 0's is
-        this engine's: rank 0 samples exactly what one process samples)."""
-        self.generator.set_state(state[0] if isinstance(state, list) else state)
+    def set_generator_state(self, state: Tensor) -> None:
+        self.generator.set_state(state)
 
     @torch.no_grad()
     def generate(self, prompts: PromptBatch, params: SamplingParams) -> Rollouts:

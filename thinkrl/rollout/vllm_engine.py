@@ -240,8 +240,8 @@ class VllmEngine:
     def generator_state(self) -> Tensor:
         return self.generator.get_state()
 
-    def set_generator_state(self, state: Tensor | list[Tensor]) -> None:
-        self.generator.set_state(state[0] if isinstance(state, list) else state)
+    def set_generator_state(self, state: Tensor) -> None:
+        self.generator.set_state(state)
 
     def close(self) -> None:
         """Free the engine (and its device memory) now rather than at exit."""

@@ -1,6 +1,6 @@
 """The actor: the policy being trained, its log-prob pass and its update.
 
-`update_policy` is PPO's inner loop (`thinkrl.workers.learner.Learner`: mini-
+`update_on` is PPO's inner loop (`thinkrl.workers.learner.Learner`: mini-
 and micro-batches, clip, skip on a non-finite gradient) with the clipped
 policy loss plus entropy bonus and KL loss of `_micro_batch_loss`. Every loss
 term is normalised by the whole mini-batch's `LossScale`, so the gradient
@@ -24,7 +24,8 @@ from thinkrl.algos.policy_losses import build_policy_loss
 from thinkrl.checkpoint.sharded import ACTOR_FILES
 from thinkrl.config.schema import ActorConfig
 from thinkrl.models.forward import batched_response_logprobs, response_logprobs
-from thinkrl.parallel.fsdp import parameter_stats
+from thinkrl.parallel.distributed import rank
+from thinkrl.parallel.fsdp import is_sharded, parameter_stats
 from thinkrl.records import ModelInputs, TrainBatch
 from thinkrl.rollout.weight_sync import full_state_tensors
 from thinkrl.workers.learner import Learner, UpdateSpec
@@ -82,12 +83,9 @@ class ActorWorker:
         return {**parameter_stats(self.model),
                 "vocab_size": self.model.get_output_embeddings().weight.shape[0]}
 
-    def update_policy(self, batch: TrainBatch) -> dict[str, float]:
-        """PPO epochs over `batch` (N responses), cut as the update spec says."""
-        return self.update_on(self.learner.spec.plan(batch, self.learner.shuffle_generator))
-
     def update_on(self, minis: list[MiniBatch]) -> dict[str, float]:
-        """This rank's share of each planned mini-batch (`Learner.update_on`)."""
+        """This rank's share of each mini-batch the driver planned
+        (`thinkrl.workers.handles.ShardedUpdate`), through `Learner.update_on`."""
         result = self.learner.update_on(minis)
         if self.kl_estimator is not None:
             result["actor/kl_coef"] = self.cfg.kl_loss_coef
@@ -95,17 +93,17 @@ class ActorWorker:
 
     def save(self, folder: Path) -> None:
         """Weights and AdamW's state: shards under folder/actor_dcp (every rank
-        calls this), or a Hugging Face folder (folder/actor) and folder/optimizer.pt."""
+        calls this; rank 0 adds the model's config, so that `thinkrl export`
+        can rebuild a Hugging Face folder), or a Hugging Face folder
+        (folder/actor) and folder/optimizer.pt."""
         self.learner.save(folder)
+        if is_sharded(self.model) and rank() == 0:
+            self.model.config.save_pretrained(folder / ACTOR_FILES.hf_dir)
+            if self.model.generation_config is not None:
+                self.model.generation_config.save_pretrained(folder / ACTOR_FILES.hf_dir)
 
     def load(self, folder: Path) -> None:
         self.learner.load(folder)
-
-    def state_dict(self) -> dict:
-        return self.learner.state_dict()
-
-    def load_state_dict(self, state: dict) -> None:
-        self.learner.load_state_dict(state)
 
     def _micro_batch_loss(self, micro: TrainBatch, scale: LossScale) -> tuple[Tensor, dict]:
         cfg, dev = self.cfg, self.device

@@ -1,7 +1,7 @@
 """The critic: PPO's value model, its value pass and its update (algorithm.adv_estimator=gae).
 
 `compute_values` gives V_t for every response token at rollout time (no
-grad). `update_critic` is the value regression: the actor's update loop
+grad). `update_on` is the value regression: the actor's update loop
 (`thinkrl.workers.learner.Learner`: ppo_epochs, mini- and micro-batches,
 token budgets with critic.use_dynamic_bsz, clip, skip on a non-finite
 gradient) minimising the clipped value loss (`thinkrl.algos.gae.value_loss`),
@@ -78,10 +78,6 @@ class CriticWorker:
             self.model.train(was_training)
         return torch.cat(chunks)
 
-    def update_critic(self, batch: CriticBatch) -> dict[str, float]:
-        """The value regression on `batch` (N responses), cut as the update spec says."""
-        return self.learner.update(batch)
-
     def update_on(self, minis: list[MiniBatch]) -> dict[str, float]:
         """This rank's share of each planned mini-batch. Metrics are the mean over
         the mini-batches (verl sums critic/vf_loss over them instead)."""
@@ -117,11 +113,6 @@ class CriticWorker:
                              "start afresh with trainer.resume_mode=disable")
         self.learner.load(folder)
 
-    def state_dict(self) -> dict:
-        return self.learner.state_dict()
-
-    def load_state_dict(self, state: dict) -> None:
-        self.learner.load_state_dict(state)
 
 
 def build_critic(spec, *, device: torch.device, autocast: Callable[[], ContextManager],

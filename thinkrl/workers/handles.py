@@ -1,7 +1,8 @@
-"""The driver-side handles of the ray backend's roles: the methods of the
-local roles (`ActorWorker`, `ReferenceWorker`, `CriticWorker`, the engine),
-each splitting its batch over the ranks of a `RayWorkerGroup`, calling every
-rank with a deadline, and putting the CPU results back in the original order.
+"""The driver-side handles of the roles, the only role objects the driver
+holds, for both backends: each splits its batch over the ranks of a `Group`
+(`thinkrl.workers.group`: one in-process rank, or a Ray worker group),
+calls every rank, and puts the CPU results back in the original order.
+Updates are planned here, once, whatever the backend.
 """
 
 from __future__ import annotations
@@ -10,12 +11,11 @@ from pathlib import Path
 
 import torch
 
-from thinkrl.algos.kl import get_kl_estimator
 from thinkrl.records import CriticBatch, PromptBatch, Rollouts, TrainBatch
 from thinkrl.rollout.base import SamplingParams
 from thinkrl.workers.learner import UpdateSpec, actor_update_spec, critic_update_spec
 from thinkrl.workers.mini_batches import balanced_shares, contiguous_shares, split_mini_batch
-from thinkrl.workers.ray_group import RayWorkerGroup
+from thinkrl.workers.group import Group
 
 
 def _scatter_rows(sequences: tuple, shares: list[torch.Tensor]) -> list[tuple]:
@@ -31,7 +31,7 @@ def _gather_rows(parts: list[torch.Tensor], shares: list[torch.Tensor]) -> torch
     return out
 
 
-def row_shares(group: RayWorkerGroup, attention_mask: torch.Tensor) -> list[torch.Tensor]:
+def row_shares(group: Group, attention_mask: torch.Tensor) -> list[torch.Tensor]:
     """Rows per rank, equal in count: balanced by tokens (trainer.balance_batch,
     verl's name) or consecutive."""
     if group.spec.cfg.trainer.balance_batch:
@@ -43,7 +43,7 @@ class RowShardedCall:
     """A log-prob or value pass over the ranks: each rank gets an equal share of
     the rows (`row_shares`), the results come back in the original order."""
 
-    def __init__(self, group: RayWorkerGroup, method: str, stage: str) -> None:
+    def __init__(self, group: Group, method: str, stage: str) -> None:
         self.group, self.method, self.stage = group, method, stage
 
     def __call__(self, input_ids, attention_mask, position_ids, *, response_length: int,
@@ -67,7 +67,7 @@ class ShardedUpdate:
     Its resumable state: rank 0's LR schedule (all ranks hold the same) and
     the shuffle generator."""
 
-    def __init__(self, group: RayWorkerGroup, spec: UpdateSpec, *, seed: int, method: str) -> None:
+    def __init__(self, group: Group, spec: UpdateSpec, *, seed: int, method: str) -> None:
         self.group, self.spec, self.method = group, spec, method
         self.shuffle_generator = torch.Generator().manual_seed(seed)
 
@@ -90,18 +90,13 @@ class ShardedUpdate:
 
 
 class ActorHandle:
-    """The actor's methods, fanned out. Driver-side state: the mini-batch
-    shuffle generator (the plan is made here, with global normalisers)."""
+    """The policy's passes and update, fanned out. Driver-side state: the
+    mini-batch shuffle generator (the plan is made here, with global normalisers)."""
 
-    device = torch.device("cpu")  # where the driver's own RNGs live (checkpointed)
-
-    def __init__(self, group: RayWorkerGroup) -> None:
+    def __init__(self, group: Group) -> None:
         cfg = group.spec.cfg
-        actor_cfg = cfg.actor_rollout_ref.actor
-        self.group, self.cfg = group, actor_cfg
-        self.kl_estimator = (get_kl_estimator(actor_cfg.kl_loss_type) if actor_cfg.use_kl_loss
-                             else None)
-        self.update = ShardedUpdate(group, actor_update_spec(actor_cfg, group.spec.sizes),
+        self.group = group
+        self.update = ShardedUpdate(group, actor_update_spec(cfg.actor_rollout_ref.actor, group.spec.sizes),
                                     seed=cfg.trainer.seed, method="update_on")
         self.compute_log_prob = RowShardedCall(group, "compute_log_prob", "old_log_prob")
 
@@ -115,27 +110,10 @@ class ActorHandle:
                 "square_sum": sum(p["square_sum"] for p in parts),
                 "vocab_size": parts[0]["vocab_size"]}
 
-    def weights(self):
-        """Colocated ranks: the optimizer step already changed the shards
-        the engine gathers, so nothing travels (see EngineHandle.update_weights)."""
-        return None
-
     def save(self, folder: Path) -> None:
-        """Every rank writes its shards (DCP); the driver adds the model's
-        config so that `thinkrl export` can rebuild a Hugging Face folder."""
-        from transformers import AutoConfig, GenerationConfig
-
-        from thinkrl.checkpoint.sharded import ACTOR_DIR
+        """Every rank writes its share: shards (DCP) with the model's config for
+        `thinkrl export`, or, on one rank, a Hugging Face folder."""
         self.group.call_all("save_checkpoint", "save_actor", [(str(folder),)] * self.group.world_size)
-        model = self.group.spec.cfg.actor_rollout_ref.model
-        path = self.group.spec.model_path
-        config = AutoConfig.from_pretrained(path, trust_remote_code=model.trust_remote_code,
-                                            **(model.override_config or {}))  # as loaded
-        config.save_pretrained(folder / ACTOR_DIR)
-        try:
-            GenerationConfig.from_pretrained(path).save_pretrained(folder / ACTOR_DIR)
-        except OSError:
-            pass  # the model has none
 
     def load(self, folder: Path) -> None:
         self.group.call_all("load_checkpoint", "load_actor", [(str(folder),)] * self.group.world_size)
@@ -146,13 +124,22 @@ class ActorHandle:
     def load_state_dict(self, state: dict) -> None:
         self.update.load_state_dict(state)
 
+    def device_rng_states(self) -> list:
+        """Each rank's accelerator generators (None on a CPU), for a checkpoint."""
+        return self.group.call_all("save_checkpoint", "device_rng_state")
+
+    def load_device_rng_states(self, states: list) -> None:
+        """Put them back when the rank count is the same (else the ranks keep theirs)."""
+        if len(states) == self.group.world_size:
+            self.group.call_all("load_checkpoint", "set_device_rng_state", [(s,) for s in states])
+
     def full_weights(self) -> dict[str, torch.Tensor]:
         """The whole model's weights on the CPU (gathered on rank 0)."""
         return self.group.call_all("export", "full_weights")[0]
 
 
 class ReferenceHandle:
-    def __init__(self, group: RayWorkerGroup) -> None:
+    def __init__(self, group: Group) -> None:
         self.compute_ref_log_prob = RowShardedCall(group, "compute_ref_log_prob", "ref")
 
 
@@ -161,12 +148,17 @@ class EngineHandle:
     consecutive share of the prompts (a prompt's G responses on one engine).
     An engine spans `rollout.tensor_model_parallel_size` consecutive ranks
     (vllm; the native engine is one rank): all of them get the same share,
-    and the first one's responses are kept (the others computed the same)."""
+    and the first one's responses are kept (the others computed the same).
 
-    def __init__(self, group: RayWorkerGroup) -> None:
-        self.group = group
+    `own_weights`, chosen at build: the engine holds its own copy of the
+    policy (vllm), which `sync_weights` refreshes from the actor rank by rank;
+    the native engine samples from the actor's own module, so there is
+    nothing to sync."""
+
+    def __init__(self, group: Group, *, own_weights: bool) -> None:
+        self.group, self.own_weights = group, own_weights
         rollout = group.spec.cfg.actor_rollout_ref.rollout
-        self.ranks_per_engine = rollout.tensor_model_parallel_size if rollout.name == "vllm" else 1
+        self.ranks_per_engine = rollout.tensor_model_parallel_size if own_weights else 1
 
     def generate(self, prompts: PromptBatch, params: SamplingParams) -> Rollouts:
         tp = self.ranks_per_engine
@@ -180,34 +172,31 @@ class EngineHandle:
                                    f"tokens than rank {r - r % tp}: its workers are out of step")
         return Rollouts.concat(parts[::tp], pad_token_id=self.group.spec.pad_token_id)
 
-    def update_weights(self, named_tensors) -> None:
-        """Rank by rank, each engine from its own actor: the native engine
-        samples from the actor's (sharded) module, so nothing moves; an engine
-        with its own weights (vllm) gets them gathered whole from the shards."""
-        assert named_tensors is None, "ray workers sync weights in place, rank by rank"
-        if self.group.spec.cfg.actor_rollout_ref.rollout.name != "native":
+    def sync_weights(self) -> None:
+        """The actor's current weights into engines that hold their own copy
+        (gathered whole from the shards: a collective on every rank)."""
+        if self.own_weights:
             self.group.call_all("update_weights", "sync_engine")
 
     def generator_state(self) -> list[torch.Tensor]:
         return self.group.call_all("save_checkpoint", "generator_state")
 
-    def set_generator_state(self, state) -> None:
+    def set_generator_state(self, state: list[torch.Tensor] | torch.Tensor) -> None:
         """Per-rank states of a run with the same rank count; otherwise (a
-        resume on another device count, or from a local checkpoint) rank 0
-        takes the first state and the others keep their seeds."""
+        resume on another device count, or a checkpoint of an older release
+        holding one state) rank 0 takes the first state and the others keep
+        their seeds."""
         states = state if isinstance(state, list) else [state]
         if len(states) != self.group.world_size:
-            states = states[:1]
-        self.group.wait([worker.call.remote("load_checkpoint", "set_generator_state", s)
-                         for worker, s in zip(self.group.workers, states)],
-                        stage="load_checkpoint")
+            states = states[:1] + [None] * (self.group.world_size - 1)
+        self.group.call_all("load_checkpoint", "set_generator_state", [(s,) for s in states])
 
 
 class CriticHandle:
     """The critic's methods, fanned out as the actor's are (thinkrl.workers.critic).
     Driver-side state: the mini-batch shuffle generator."""
 
-    def __init__(self, group: RayWorkerGroup) -> None:
+    def __init__(self, group: Group) -> None:
         spec, cfg = group.spec, group.spec.cfg
         self.group = group
         self.update = ShardedUpdate(

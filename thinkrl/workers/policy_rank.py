@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from thinkrl.assets import sampling_seed
+from thinkrl.checkpoint.state import device_rng_state, set_device_rng_state
 from thinkrl.config import Config, DerivedSizes
 from thinkrl.models.loading import check_model_fits, load_causal_lm
 from thinkrl.models.vision import apply_model_settings, unsplit_modules
@@ -232,8 +233,16 @@ class PolicyRank:
     def generator_state(self) -> torch.Tensor:
         return self.engine.generator_state()
 
-    def set_generator_state(self, state: torch.Tensor) -> None:
-        self.engine.set_generator_state(state)
+    def set_generator_state(self, state: torch.Tensor | None) -> None:
+        """None (a resume onto more ranks than saved): this rank keeps its seed."""
+        if state is not None:
+            self.engine.set_generator_state(state)
+
+    def device_rng_state(self) -> list[torch.Tensor] | None:
+        return device_rng_state(self.device)
+
+    def set_device_rng_state(self, state: list[torch.Tensor] | None) -> None:
+        set_device_rng_state(state, self.device)
 
     def full_weights(self) -> dict[str, torch.Tensor]:
         """The actor's full float32 weights on the CPU, on rank 0 (empty on

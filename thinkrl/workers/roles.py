@@ -1,0 +1,71 @@
+"""What the driver may ask of each role, whatever the backend: the
+protocols the handles of `thinkrl.workers.handles` implement (over one
+in-process rank or a Ray worker group) and the run, the stages and the
+checkpoint code are typed with. CPU tensors and plain values only.
+
+Shapes: N responses, P prompt tokens, R response tokens.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+from torch import Tensor
+
+from thinkrl.records import CriticBatch, ModelInputs, PromptBatch, Rollouts, TrainBatch
+from thinkrl.rollout.base import SamplingParams
+
+
+class TrainedRole(Protocol):
+    """A role with weights that train: checkpointed with its optimizer,
+    LR schedule and shuffle generator."""
+
+    def save(self, folder: Path) -> None: ...
+    def load(self, folder: Path) -> None: ...
+    def state_dict(self) -> dict: ...
+    def load_state_dict(self, state: dict) -> None: ...
+
+
+class PolicyRole(TrainedRole, Protocol):
+    def compute_log_prob(self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor, *,
+                         response_length: int, model_inputs: ModelInputs | None = None) -> Tensor:
+        """log pi_theta of the response tokens [N, R] (sequences [N, P + R])."""
+
+    def update_policy(self, batch: TrainBatch) -> dict[str, float]:
+        """PPO epochs over the step's responses; actor/* metrics."""
+
+    def weight_stats(self) -> dict:
+        """Non-finite parameter names, the squared L2 norm, the vocabulary size."""
+
+    def full_weights(self) -> dict[str, Tensor]:
+        """The whole model's float32 weights (for export)."""
+
+    def device_rng_states(self) -> list: ...
+    def load_device_rng_states(self, states: list) -> None: ...
+
+
+class ReferenceRole(Protocol):
+    def compute_ref_log_prob(self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor, *,
+                             response_length: int, model_inputs: ModelInputs | None = None) -> Tensor:
+        """log pi_ref of the response tokens [N, R]."""
+
+
+class ValueRole(TrainedRole, Protocol):
+    def compute_values(self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor, *,
+                       response_length: int) -> Tensor:
+        """V_t of every response token [N, R]."""
+
+    def update_critic(self, batch: CriticBatch) -> dict[str, float]:
+        """The value regression; critic/* metrics."""
+
+
+class RolloutRole(Protocol):
+    def generate(self, prompts: PromptBatch, params: SamplingParams) -> Rollouts: ...
+
+    def sync_weights(self) -> None:
+        """The policy's current weights into the engines (a no-op where the
+        engine samples from the policy's own module)."""
+
+    def generator_state(self) -> list[Tensor]: ...
+    def set_generator_state(self, state: list[Tensor] | Tensor) -> None: ...
