@@ -82,9 +82,7 @@ def test_forwards_inside_gathered_run_no_collective(tmp_path):
                 p.kill()
     got = sorted(results.get(timeout=5) for _ in procs)
     for rank, on_entry, inside, after, gap in got:
-        # one all-gather per layer; the root never reshards after forward, so
-        # it is still whole from the forward before the block
-        assert on_entry == 2, rank
+        assert on_entry == 3, rank  # one all-gather per sharded module: 2 layers + root
         assert inside == 0, rank
         assert after >= 3, rank  # sharded again: the next forward gathers every module
         assert gap == 0.0, rank  # the gathered weights are the model's own

@@ -51,7 +51,7 @@ def _grads_after_update(model, batch, *, micro: int, mode: str,
                       micro_batch_size=micro, max_tokens=max_tokens, grad_clip=cfg.grad_clip,
                       response_length=R)
     actor = ActorWorker(model, cfg, spec, total_steps=1, log_prob_micro_batch_size=micro,
-                        temperature=0.9, seed=0, remove_padding=remove_padding,
+                        temperature=0.9, remove_padding=remove_padding,
                         fused_head=fused_head)
     metrics = actor.update_on(spec.plan(batch, None))
     return [p.grad.clone() for p in model.parameters()], metrics

@@ -10,9 +10,10 @@
       critic_optimizer.pt its AdamW state (its LR schedule and shuffle generator
                           are in trainer_state.pt)
       trainer_state.pt    LR schedule, loader (epoch, position), the actor's shuffle
-                          generator, the engine's sampling generator, the KL
-                          controller, global RNGs (torch CPU + device, python, numpy),
-                          step and the skipped-updates-in-a-row counter
+                          generator, each rank's engine sampling generator, the KL
+                          controller, the driver's global RNGs (torch CPU, python,
+                          numpy), each rank's accelerator RNGs (device_rng), step
+                          and the skipped-updates-in-a-row counter
       config.yaml         the run's config when it was saved
       meta.json           step, thinkrl version, config digest; written last, it
                           marks the checkpoint complete

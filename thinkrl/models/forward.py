@@ -146,7 +146,9 @@ def batched_response_logprobs(model: torch.nn.Module, input_ids: Tensor, attenti
                               max_tokens: int | None = None) -> Tensor:
     """`response_logprobs` without gradient, `micro_batch_size` rows at a time
     (or, with `max_tokens`, as many rows as fit that many tokens:
-    `micro_batch_rows`). CPU tensors in, CPU [N, R] out."""
+    `micro_batch_rows`). CPU tensors in, CPU [N, R] out. With several ranks
+    a collective: every rank calls it, also one with no rows (its passes are
+    idle ones, up to the largest count of any rank)."""
     device = device or next(model.parameters()).device  # offloaded shards: the compute device
     was_training = model.training
     model.eval()

@@ -78,9 +78,28 @@ def load_causal_lm(path: str, *, dtype: torch.dtype, device: torch.device,
     return prepare_for_training(model, device=device, gradient_checkpointing=gradient_checkpointing)
 
 
-def prepare_for_training(model: torch.nn.Module, *, device: torch.device,
+def causal_lm_skeleton(path: str, *, dtype: torch.dtype, trust_remote_code: bool = False,
+                       override_config: dict | None = None,
+                       gradient_checkpointing: bool = False) -> torch.nn.Module:
+    """The architecture `load_causal_lm` would load from `path`, on the meta
+    device: no weights are read and no memory is taken (the ranks of a
+    sharded model other than rank 0 start from it: `thinkrl.parallel.fsdp.load_sharded`)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+
+    from thinkrl.models.vision import is_vision_model
+
+    config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code,
+                                        **(override_config or {}))
+    kind = AutoModelForImageTextToText if is_vision_model(path) else AutoModelForCausalLM
+    with torch.device("meta"):
+        model = kind.from_config(config, dtype=dtype, trust_remote_code=trust_remote_code)
+    return prepare_for_training(model, device=None, gradient_checkpointing=gradient_checkpointing)
+
+
+def prepare_for_training(model: torch.nn.Module, *, device: torch.device | None,
                          gradient_checkpointing: bool) -> torch.nn.Module:
-    """No dropout (see `disable_dropout`), optional activation checkpointing, on `device`."""
+    """No dropout (see `disable_dropout`), optional activation checkpointing,
+    on `device` (None: where it is, e.g. the meta device)."""
     disable_dropout(model)
     if gradient_checkpointing:
         kwargs = {"use_reentrant": False}
@@ -88,7 +107,7 @@ def prepare_for_training(model: torch.nn.Module, *, device: torch.device,
             model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-    return model.to(device)
+    return model if device is None else model.to(device)
 
 
 def load_generation_config(path: str, trust_remote_code: bool = False):

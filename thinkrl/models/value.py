@@ -27,18 +27,15 @@ def load_value_model(path: str, *, dtype: torch.dtype, device: torch.device, tru
     from its own generator seeded with `seed`, so building the critic neither
     depends on nor moves the global RNG (a GRPO run and a resumed run see the
     same global stream)."""
-    from transformers import AutoConfig, AutoModelForTokenClassification
+    from transformers import AutoModelForTokenClassification
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
     level = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # "newly initialized: score.weight" is the point here
     try:
-        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code,
-                                            **(override_config or {}))
-        # One output per token; no dropout on it (verl's settings): the value
-        # must be a function of the weights.
-        config.num_labels, config.classifier_dropout = 1, 0.0
+        config = value_config(path, trust_remote_code=trust_remote_code,
+                              override_config=override_config)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model = AutoModelForTokenClassification.from_pretrained(
@@ -56,6 +53,31 @@ def load_value_model(path: str, *, dtype: torch.dtype, device: torch.device, tru
     finally:
         hf_logging.set_verbosity(level)
     return prepare_for_training(model, device=device, gradient_checkpointing=gradient_checkpointing)
+
+
+def value_config(path: str, *, trust_remote_code: bool, override_config: dict | None):
+    """The config of `path` with one output per token and no dropout on it
+    (verl's settings): the value must be a function of the weights."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code,
+                                        **(override_config or {}))
+    config.num_labels, config.classifier_dropout = 1, 0.0
+    return config
+
+
+def value_model_skeleton(path: str, *, dtype: torch.dtype, trust_remote_code: bool = False,
+                         override_config: dict | None = None,
+                         gradient_checkpointing: bool = False) -> torch.nn.Module:
+    """The architecture `load_value_model` builds, on the meta device (no
+    weights read, no memory: `thinkrl.parallel.fsdp.load_sharded`)."""
+    from transformers import AutoModelForTokenClassification
+
+    config = value_config(path, trust_remote_code=trust_remote_code, override_config=override_config)
+    with torch.device("meta"):
+        model = AutoModelForTokenClassification.from_config(config, dtype=dtype,
+                                                            trust_remote_code=trust_remote_code)
+    return prepare_for_training(model, device=None, gradient_checkpointing=gradient_checkpointing)
 
 
 def response_values(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 from torch import nn
@@ -58,17 +58,44 @@ def parallelize(model: nn.Module, *, compute_dtype: torch.dtype, param_offload: 
         if id(layer) not in inside_whole:
             fully_shard(layer, **options)
             _RESHARD_AFTER_FORWARD[layer] = reshard_after_forward
-    # The root's parameters (embedding, final norm, head) are used again at
-    # once by the backward: it never reshards after forward, as FSDP2 does
-    # for a root left on its default.
-    fully_shard(model, **{**options, "reshard_after_forward": False})
-    _RESHARD_AFTER_FORWARD[model] = False
+    fully_shard(model, **options)
+    _RESHARD_AFTER_FORWARD[model] = reshard_after_forward
     # Each rank's loss is already its exact share of the mini-batch loss (the
     # normalisers span all ranks, thinkrl.workers.mini_batches), so gradients
     # are summed over ranks, not averaged as FSDP2 does by default.
     for module in _fsdp_modules(model):
         module.set_gradient_divide_factor(1.0)
         module.set_force_sum_reduction_for_comms(True)
+    return model
+
+
+def load_sharded(load: Callable[[], nn.Module], skeleton: Callable[[], nn.Module], *,
+                 shard: Callable[[nn.Module], None], device: torch.device) -> nn.Module:
+    """A model sharded over the default process group that only rank 0 read
+    from disk: rank 0 calls `load()` (the whole model), every other rank
+    `skeleton()` (the same architecture on the meta device: no memory); all
+    ranks `shard` it (FSDP2), the others then allocate their shards on
+    `device`, and rank 0 broadcasts every tensor, each rank keeping its shard
+    (PyTorch's full-state-dict load with `broadcast_from_rank0`). Buffers
+    outside the state dict (rotary tables) are broadcast whole. A node's host
+    memory holds one copy of the model (rank 0's) plus the shards, instead
+    of one copy per rank. Every rank must call it."""
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    first = dist.get_rank() == 0
+    model = load() if first else skeleton()
+    # Rank 0's whole tensors, held past sharding (fully_shard keeps only its slice).
+    full = dict(model.state_dict()) if first else {}
+    saved = set(model.state_dict())
+    shard(model)
+    if not first:
+        model.to_empty(device=device)
+    for name, buffer in model.named_buffers():
+        if name not in saved:  # not persistent: computed at init, garbage after to_empty
+            dist.broadcast(buffer, src=0)
+    set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True,
+                                                               broadcast_from_rank0=True))
     return model
 
 

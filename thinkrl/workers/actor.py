@@ -37,7 +37,7 @@ class ActorWorker:
     update (a `Learner` with the policy loss)."""
 
     def __init__(self, model: torch.nn.Module, cfg: ActorConfig, spec: UpdateSpec, *,
-                 total_steps: int, log_prob_micro_batch_size: int, temperature: float, seed: int,
+                 total_steps: int, log_prob_micro_batch_size: int, temperature: float,
                  autocast: Callable[[], ContextManager] = contextlib.nullcontext,
                  device: torch.device | None = None, remove_padding: bool = False,
                  fused_head: bool = False, log_prob_max_tokens: int | None = None) -> None:
@@ -55,7 +55,7 @@ class ActorWorker:
         self.kl_estimator = get_kl_estimator(cfg.kl_loss_type) if cfg.use_kl_loss else None
         self.policy_loss = build_policy_loss(cfg)  # policy_loss.loss_mode, settings bound
         self.learner = Learner(model, cfg.optim, spec, self._micro_batch_loss, files=ACTOR_FILES,
-                               total_steps=total_steps, seed=seed, device=self.device,
+                               total_steps=total_steps, device=self.device,
                                autocast=autocast)
         self.model.train()
 

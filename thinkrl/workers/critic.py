@@ -19,14 +19,17 @@ from typing import Callable, ContextManager
 import torch
 from torch import Tensor
 
+from thinkrl import builtin
 from thinkrl.algos.gae import value_loss
 from thinkrl.algos.losses import LossScale
 from thinkrl.checkpoint.sharded import CRITIC_FILES, is_sharded_checkpoint
 from thinkrl.config.critic_checks import CriticSizes
 from thinkrl.config.schema import CriticConfig
 from thinkrl.models.forward import idle_pass
+from thinkrl.models.loading import check_model_fits
 from thinkrl.models.micro_batches import agreed_micro_batches, micro_batch_rows
-from thinkrl.models.value import response_values
+from thinkrl.models.value import load_value_model, response_values, value_model_skeleton
+from thinkrl.parallel import fsdp
 from thinkrl.records import CriticBatch
 from thinkrl.workers.learner import Learner, critic_update_spec
 from thinkrl.workers.mini_batches import MiniBatch
@@ -37,7 +40,7 @@ class CriticWorker:
     clipped value loss)."""
 
     def __init__(self, model: torch.nn.Module, cfg: CriticConfig, sizes: CriticSizes, *,
-                 total_steps: int, response_length: int, seed: int,
+                 total_steps: int, response_length: int,
                  autocast: Callable[[], ContextManager] = contextlib.nullcontext,
                  device: torch.device | None = None) -> None:
         self.model, self.cfg, self.sizes = model, cfg, sizes
@@ -48,14 +51,15 @@ class CriticWorker:
         self.learner = Learner(model, cfg.optim,
                                critic_update_spec(cfg, sizes, response_length=response_length),
                                self._micro_batch_loss, files=CRITIC_FILES, total_steps=total_steps,
-                               seed=seed, device=self.device, autocast=autocast)
+                               device=self.device, autocast=autocast)
         self.model.train()
 
     @torch.no_grad()
     def compute_values(self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor,
                        *, response_length: int) -> Tensor:
         """V_t of every response token [N, R] on the CPU, `forward_micro_batch_size` rows at a time.
-        Padding tokens get whatever the head says there; callers mask them (verl zeroes them)."""
+        Padding tokens get whatever the head says there; callers mask them (verl zeroes them).
+        With several ranks a collective: every rank calls it (idle passes up to the largest count)."""
         was_training = self.model.training
         self.model.eval()
         chunks = [torch.zeros(0, response_length)]
@@ -120,22 +124,26 @@ def build_critic(spec, *, device: torch.device, autocast: Callable[[], ContextMa
     """The critic of a rank (`spec` is its `thinkrl.workers.policy_rank.RankSpec`): the value
     model of critic.model.path (the actor's model path when unset), sharded over the ranks
     like the actor when there are several, and its optimizer."""
-    from thinkrl import builtin
-    from thinkrl.models.loading import check_model_fits
-    from thinkrl.models.value import load_value_model
-    from thinkrl.parallel import fsdp
-
     cfg, critic = spec.cfg, spec.cfg.critic
     path = spec.model_path if critic.model.path is None else builtin.resolve_model_path(critic.model.path)
     trust = critic.model.trust_remote_code
-    model = load_value_model(
-        path, dtype=torch.float32, device=device,
-        trust_remote_code=cfg.actor_rollout_ref.model.trust_remote_code if trust is None else trust,
-        override_config=critic.model.override_config,
-        gradient_checkpointing=critic.model.enable_gradient_checkpointing, seed=cfg.trainer.seed)
-    check_model_fits(model, spec.tokenizer_size, spec.sizes, model_path=path)
-    if spec.world_size > 1:
+    options = dict(dtype=torch.float32, override_config=critic.model.override_config,
+                   trust_remote_code=cfg.actor_rollout_ref.model.trust_remote_code if trust is None else trust,
+                   gradient_checkpointing=critic.model.enable_gradient_checkpointing)
+
+    def load() -> torch.nn.Module:
+        return load_value_model(path, device=device, seed=cfg.trainer.seed, **options)
+
+    def shard(model: torch.nn.Module) -> None:
+        check_model_fits(model, spec.tokenizer_size, spec.sizes, model_path=path)
         fsdp.parallelize(model, compute_dtype=compute_dtype, param_offload=param_offload)
+
+    if spec.world_size == 1:
+        model = load()
+        check_model_fits(model, spec.tokenizer_size, spec.sizes, model_path=path)
+    else:  # rank 0 reads the weights (and draws the fresh head), the others receive their shards
+        model = fsdp.load_sharded(load, lambda: value_model_skeleton(path, **options), shard=shard,
+                                  device=torch.device("cpu") if param_offload else device)
     return CriticWorker(model, critic, spec.sizes.critic, total_steps=spec.total_steps,
-                        response_length=spec.sizes.response_length, seed=critic.data_loader_seed,
+                        response_length=spec.sizes.response_length,
                         autocast=autocast, device=device)

@@ -184,12 +184,16 @@ class EngineHandle:
     def set_generator_state(self, state: list[torch.Tensor] | torch.Tensor) -> None:
         """Per-rank states of a run with the same rank count; otherwise (a
         resume on another device count, or a checkpoint of an older release
-        holding one state) rank 0 takes the first state and the others keep
-        their seeds."""
+        holding one state) the first engine takes the first state and the
+        others keep their seeds. The ranks of one tensor-parallel engine always
+        get one state (its first rank's): they must draw the same seeds."""
         states = state if isinstance(state, list) else [state]
-        if len(states) != self.group.world_size:
-            states = states[:1] + [None] * (self.group.world_size - 1)
-        self.group.call_all("load_checkpoint", "set_generator_state", [(s,) for s in states])
+        world, tp = self.group.world_size, self.ranks_per_engine
+        if len(states) == world:
+            per_rank = [states[r - r % tp] for r in range(world)]
+        else:
+            per_rank = [states[0] if r < tp else None for r in range(world)]
+        self.group.call_all("load_checkpoint", "set_generator_state", [(s,) for s in per_rank])
 
 
 class CriticHandle:

@@ -8,8 +8,9 @@ those into micro-batches (gradient accumulation: fixed row counts, or with
 Every loss term is normalised by a `LossScale` measured over the whole
 mini-batch (across ranks too: `thinkrl.workers.mini_batches`), so the
 gradient depends neither on the micro-batch size nor on the device count.
-With several ranks the driver plans the mini-batches (the same
-`UpdateSpec.plan`) and each rank runs `update_on` with its share.
+The driver plans the mini-batches (`UpdateSpec.plan`, in
+`thinkrl.workers.handles.ShardedUpdate`, which also keeps the shuffle
+generator), whatever the backend; each rank runs `update_on` with its share.
 
 Shapes: N responses, P prompt tokens, R response tokens.
 """
@@ -128,17 +129,12 @@ class Learner:
     roles' schedules once per step)."""
 
     def __init__(self, model: torch.nn.Module, optim: OptimConfig, spec: UpdateSpec, loss: LossFn, *,
-                 files: RoleFiles, total_steps: int, seed: int, device: torch.device,
+                 files: RoleFiles, total_steps: int, device: torch.device,
                  autocast: Callable[[], ContextManager] = contextlib.nullcontext) -> None:
         self.model, self.optim, self.spec, self.loss, self.files = model, optim, spec, loss, files
         self.device, self.autocast = device, autocast
         self.optimizer = make_adamw(model, optim)
         self.scheduler = make_lr_schedule(self.optimizer, optim, total_steps=total_steps)
-        self.shuffle_generator = torch.Generator().manual_seed(seed)
-
-    def update(self, batch: Batch) -> dict[str, float]:
-        """`spec.epochs` passes over `batch` (N responses), planned here."""
-        return self.update_on(self.spec.plan(batch, self.shuffle_generator))
 
     def update_on(self, minis: list[MiniBatch]) -> dict[str, float]:
         """One optimizer step per mini-batch (this rank's share of it), then
@@ -195,16 +191,6 @@ class Learner:
         optimizer restores each group's lr as the schedule last set it;
         `load_state_dict` then restores the schedule itself."""
         load_role_state(self.model, self.optimizer, folder, self.files)
-
-    def state_dict(self) -> dict:
-        """What the role keeps apart from weights and optimizer: the LR
-        schedule's position and the mini-batch shuffle generator."""
-        return {"scheduler": self.scheduler.state_dict(),
-                "shuffle_generator": self.shuffle_generator.get_state()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.load_schedule(state["scheduler"])
-        self.shuffle_generator.set_state(state["shuffle_generator"])
 
     def load_schedule(self, scheduler_state: dict) -> None:
         """The LR schedule's position, with its base rate from this run's

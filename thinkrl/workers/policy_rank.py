@@ -26,7 +26,7 @@ import torch
 from thinkrl.assets import sampling_seed
 from thinkrl.checkpoint.state import device_rng_state, set_device_rng_state
 from thinkrl.config import Config, DerivedSizes
-from thinkrl.models.loading import check_model_fits, load_causal_lm
+from thinkrl.models.loading import causal_lm_skeleton, check_model_fits, load_causal_lm
 from thinkrl.models.vision import apply_model_settings, unsplit_modules
 from thinkrl.parallel import fsdp
 from thinkrl.parallel.device import autocast, bind_rank_device, compute_dtype, resolve_device
@@ -85,27 +85,19 @@ class PolicyRank:
         torch.manual_seed(cfg.trainer.seed)
         dtype = compute_dtype(self.device, arr.model.dtype)
         self.autocast = autocast(self.device, dtype)
-        model = self._load(gradient_checkpointing=arr.model.enable_gradient_checkpointing)
-        check_model_fits(model, spec.tokenizer_size, spec.sizes, model_path=spec.model_path)
-        apply_model_settings(model, arr.model)  # VL: model.freeze_vision_tower
-        if sharded:
-            fsdp.parallelize(model, compute_dtype=dtype, param_offload=offload[0],
-                             whole=unsplit_modules(model, arr.model))
+        model = self._load(gradient_checkpointing=arr.model.enable_gradient_checkpointing,
+                           dtype=dtype, param_offload=offload[0])
         sizes, rollout = spec.sizes, arr.rollout
         self.actor = ActorWorker(
             model, arr.actor, actor_update_spec(arr.actor, sizes), total_steps=spec.total_steps,
             log_prob_micro_batch_size=sizes.log_prob_micro_batch_size_per_device,
-            temperature=rollout.temperature,
-            seed=cfg.trainer.seed, autocast=self.autocast, device=self.device,
+            temperature=rollout.temperature, autocast=self.autocast, device=self.device,
             remove_padding=arr.model.use_remove_padding, fused_head=arr.model.use_fused_kernels,
             log_prob_max_tokens=(rollout.log_prob_max_token_len_per_gpu
                                  if rollout.log_prob_use_dynamic_bsz else None))
         self.reference = None
         if spec.with_reference:
-            ref_model = self._load(gradient_checkpointing=False)
-            if sharded:
-                fsdp.parallelize(ref_model, compute_dtype=dtype, param_offload=offload[1],
-                                 whole=unsplit_modules(ref_model, arr.model))
+            ref_model = self._load(gradient_checkpointing=False, dtype=dtype, param_offload=offload[1])
             self.reference = ReferenceWorker(
                 ref_model, micro_batch_size=sizes.ref_log_prob_micro_batch_size_per_device,
                 temperature=rollout.temperature, autocast=self.autocast, device=self.device,
@@ -171,12 +163,37 @@ class PolicyRank:
                   or fsdp_config.offload_policy)
         return wanted and self.device.type != "cpu"
 
-    def _load(self, *, gradient_checkpointing: bool) -> torch.nn.Module:
-        model_cfg = self.spec.cfg.actor_rollout_ref.model
-        return load_causal_lm(self.spec.model_path, dtype=torch.float32, device=self.device,
-                              trust_remote_code=model_cfg.trust_remote_code,
-                              override_config=model_cfg.override_config,
-                              gradient_checkpointing=gradient_checkpointing)
+    def _load(self, *, gradient_checkpointing: bool, dtype: torch.dtype,
+              param_offload: bool) -> torch.nn.Module:
+        """The policy's architecture and initial weights (the actor's, or the
+        reference's) on this rank: whole on one rank; sharded over several,
+        read from disk by rank 0 alone and broadcast into the shards."""
+        spec, model_cfg = self.spec, self.spec.cfg.actor_rollout_ref.model
+        options = dict(trust_remote_code=model_cfg.trust_remote_code,
+                       override_config=model_cfg.override_config,
+                       gradient_checkpointing=gradient_checkpointing)
+
+        def prepare(model: torch.nn.Module) -> None:
+            check_model_fits(model, spec.tokenizer_size, spec.sizes, model_path=spec.model_path)
+            apply_model_settings(model, model_cfg)  # VL: model.freeze_vision_tower
+
+        def load() -> torch.nn.Module:
+            return load_causal_lm(spec.model_path, dtype=torch.float32, device=self.device, **options)
+
+        if spec.world_size == 1:
+            model = load()
+            prepare(model)
+            return model
+
+        def shard(model: torch.nn.Module) -> None:
+            prepare(model)
+            fsdp.parallelize(model, compute_dtype=dtype, param_offload=param_offload,
+                             whole=unsplit_modules(model, model_cfg))
+
+        return fsdp.load_sharded(
+            load, lambda: causal_lm_skeleton(spec.model_path, dtype=torch.float32, **options),
+            # offloaded shards live on the host (FSDP2's CPUOffloadPolicy)
+            shard=shard, device=torch.device("cpu") if param_offload else self.device)
 
     # The stages, as the driver calls them (through a handle under Ray).
     def generate(self, prompts: PromptBatch, params: SamplingParams) -> Rollouts:
