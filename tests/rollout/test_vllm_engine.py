@@ -316,3 +316,27 @@ def test_ray_backend_engines_synced_from_the_fsdp_shards(asset_cache, tiny_vllm_
     assert steps[0]["actor/grad_norm"] > 0.1  # step 1 moved the weights the engines now hold
     for r in steps:
         assert r["rollout/logprob_diff_max"] < LOGPROB_TOLERANCE
+
+
+def test_eval_with_vllm_answers_as_the_native_engine(asset_cache, tiny_vllm_model, tmp_path):
+    """`thinkrl eval` builds its engine as training does: rollout.name=vllm
+    evaluates through vLLM, and greedy answers equal the native engine's."""
+    import json
+
+    from thinkrl.cli import main
+
+    def evaluate(engine: str) -> list[dict]:
+        out = tmp_path / engine
+        arr = "actor_rollout_ref.rollout"
+        assert main(["eval", "--model", str(tiny_vllm_model), "--data", "builtin:arith/test",
+                     "--max-new-tokens", "16", "--batch-size", "8", "--out", str(out),
+                     "trainer.device=cpu", f"{arr}.name={engine}", f"{arr}.dtype=float32",
+                     f"{arr}.enforce_eager=True"]) == 0
+        report = json.loads((out / "eval.json").read_text())
+        assert report["settings"]["engine"] == engine
+        return [json.loads(line) for line in (out / "generations.jsonl").read_text().splitlines()]
+
+    native_answers, vllm_answers = evaluate("native"), evaluate("vllm")
+    assert len(vllm_answers) == 200
+    same = sum(a["response"] == b["response"] for a, b in zip(native_answers, vllm_answers))
+    assert same >= 0.95 * len(native_answers)  # float32 both; a near-tie may flip a token

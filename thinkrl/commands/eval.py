@@ -122,23 +122,25 @@ def response_length_unset(cfg) -> bool:
 
 
 def run_eval(cfg, *, log=print):
-    """Load model, tokenizer and data as training does, evaluate; returns the
-    EvalResult and the settings that produced it."""
+    """Load model, tokenizer and data as training does and evaluate with the
+    run's own engine (native or vLLM, `actor_rollout_ref.rollout.name`),
+    built by the same rank code as training's; returns the EvalResult and
+    the settings that produced it."""
     from dataclasses import replace
 
     import torch
+    from transformers import AutoConfig
 
-    from thinkrl.assets import (native_engine, prompt_set, run_tokenizer, val_batch_size,
-                                validation_sampling)
+    from thinkrl.assets import prompt_set, run_stop_ids, run_tokenizer, val_batch_size, validation_sampling
     from thinkrl.config.sizes import derive_sizes
     from thinkrl.evaluation import evaluate
-    from thinkrl.models.loading import check_model_fits, load_causal_lm
-    from thinkrl.parallel.device import autocast, compute_dtype, resolve_device
+    from thinkrl.models.loading import load_generation_config
     from thinkrl.rewards.scorer import RewardScorer
+    from thinkrl.workers.group import LocalGroup
+    from thinkrl.workers.handles import EngineHandle
+    from thinkrl.workers.policy_rank import RankSpec
 
     arr, data = cfg.actor_rollout_ref, cfg.data
-    sizes = derive_sizes(cfg)
-    device = resolve_device(cfg.trainer.device)
     torch.manual_seed(cfg.trainer.seed)
     model_path = model_folder(arr.model.path, log=log)
     log(f"model: {model_path}")
@@ -148,40 +150,48 @@ def run_eval(cfg, *, log=print):
                          template=template, log=log, model_path=model_path)
     reward = RewardScorer.from_config(cfg)
     reward.check_sources(p.sample.data_source for p in prompts)  # before any generation
-    model = load_causal_lm(model_path, dtype=torch.float32, device=device,
-                           trust_remote_code=arr.model.trust_remote_code,
-                           override_config=arr.model.override_config)
+    trust = arr.model.trust_remote_code
+    config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust,
+                                        **(arr.model.override_config or {}))
     longest = max(len(p.ids) for p in prompts)
-    sizes = fit_response_length(cfg, sizes, model, longest=longest, model_path=model_path, log=log)
-    check_model_fits(model, len(tokenizer), replace(sizes, prompt_length=longest),
-                     model_path=model_path)
-    mixed_precision = autocast(device, compute_dtype(device, arr.model.dtype))
-    engine = native_engine(cfg, model, tokenizer, autocast=mixed_precision)
+    sizes = fit_response_length(cfg, derive_sizes(cfg), config, longest=longest,
+                                model_path=model_path, log=log)
+    spec = RankSpec(cfg=cfg, sizes=replace(sizes, prompt_length=longest, critic=None),
+                    model_path=model_path, total_steps=1,
+                    eos_token_ids=tuple(run_stop_ids(cfg, tokenizer,
+                                                     load_generation_config(model_path, trust))),
+                    pad_token_id=tokenizer.pad_token_id, tokenizer_size=len(tokenizer))
+    group = LocalGroup(spec)  # the policy on this device, and its engine
+    engine = EngineHandle(group, own_weights=arr.rollout.name != "native")
     sampling = validation_sampling(cfg, max_tokens=sizes.response_length)
     batch_size = val_batch_size(cfg, len(prompts))
     log(f"evaluating {len(prompts)} prompts x {sampling.n} responses "
         f"({'greedy' if sampling.greedy else f'temperature {sampling.temperature}'}, "
-        f"up to {sampling.max_tokens} tokens, {batch_size} prompts per batch, on {device})")
-    with reward:
-        result = evaluate(engine, prompts, tokenizer=tokenizer, sampling=sampling,
-                          reward=reward, batch_size=batch_size,
-                          on_batch=lambda done, total: log(f"  {done}/{total} prompts"))
+        f"up to {sampling.max_tokens} tokens, {batch_size} prompts per batch, with "
+        f"{arr.rollout.name} on {group.rank.device})")
+    try:
+        with reward:
+            result = evaluate(engine, prompts, tokenizer=tokenizer, sampling=sampling,
+                              reward=reward, batch_size=batch_size,
+                              on_batch=lambda done, total: log(f"  {done}/{total} prompts"))
+    finally:
+        group.close()
     settings = {"model": model_path, "data": data.val_files, "template": template,
-                "n": sampling.n, "temperature": sampling.temperature, "top_p": sampling.top_p,
-                "top_k": sampling.top_k, "do_sample": sampling.do_sample,
+                "engine": arr.rollout.name, "n": sampling.n, "temperature": sampling.temperature,
+                "top_p": sampling.top_p, "top_k": sampling.top_k, "do_sample": sampling.do_sample,
                 "max_new_tokens": sampling.max_tokens, "batch_size": batch_size,
-                "seed": cfg.trainer.seed, "device": str(device)}
+                "seed": cfg.trainer.seed, "device": str(group.rank.device)}
     return result, settings
 
 
-def fit_response_length(cfg, sizes, model, *, longest: int, model_path: str, log=print):
+def fit_response_length(cfg, sizes, config, *, longest: int, model_path: str, log=print):
     """`sizes` whose response length fits the model's positions after the
     longest prompt actually loaded (not data.max_prompt_length: verl's default
     of 512 would reject small models): shortened when no length was asked
     for, a ValueError when the asked-for length does not fit."""
     from dataclasses import replace
 
-    limit = getattr(model.config, "max_position_embeddings", None)
+    limit = getattr(config, "max_position_embeddings", None)
     if limit is None:
         return sizes
     if longest + sizes.response_length > limit and response_length_unset(cfg) and limit - longest >= 1:
