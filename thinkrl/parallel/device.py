@@ -61,6 +61,25 @@ def synchronizer(device: torch.device):
     return lambda: None
 
 
+def frozen_weights_dtype(device: torch.device, compute: torch.dtype) -> torch.dtype:
+    """The dtype a model that never trains (the reference) is kept in: its
+    compute dtype on accelerators, as verl keeps it (half the memory of
+    float32; autocast would round each weight the same way on every
+    forward), float32 on a CPU (where thinkrl computes in float32 unless
+    asked otherwise, and the reference must equal the actor's first forward)."""
+    return torch.float32 if device.type == "cpu" else compute
+
+
+def empty_cache(device_type: str) -> None:
+    """Hand the caching allocator's free blocks back to the accelerator
+    (CUDA, NPU), so that the other party of a colocated pair gets them: the
+    rollout engine after the update, the trainer after the engine sleeps
+    (verl does the same around each switch). A no-op on a CPU."""
+    module = None if device_type == "cpu" else torch.get_device_module(device_type)
+    if module is not None and hasattr(module, "empty_cache") and module.is_available():
+        module.empty_cache()
+
+
 def reset_peak_memory(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from thinkrl.errors import SetupError
+from thinkrl.parallel.device import empty_cache
 from thinkrl.records import FINISH_LENGTH, FINISH_STOP, PromptBatch, Rollouts
 from thinkrl.rollout.base import SamplingParams
 from thinkrl.rollout.native import empty_rollouts
@@ -254,10 +255,12 @@ class VllmEngine:
         if self.sleep_mode and not self._asleep:
             self.llm.sleep(level=1)  # level 1 keeps the weights (on the host)
             self._asleep = {"weights", "kv_cache"}
+            empty_cache("cuda")  # sleep mode is CUDA's: the trainer gets the blocks back
 
     def _wake(self, *tags: str) -> None:
         wanted = [t for t in tags if t in self._asleep]
         if wanted:
+            empty_cache("cuda")  # the trainer's cached blocks, for vLLM to take
             self.llm.wake_up(tags=wanted)
             self._asleep -= set(wanted)
 

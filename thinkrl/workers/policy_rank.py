@@ -29,7 +29,8 @@ from thinkrl.config import Config, DerivedSizes
 from thinkrl.models.loading import causal_lm_skeleton, check_model_fits, load_causal_lm
 from thinkrl.models.vision import apply_model_settings, unsplit_modules
 from thinkrl.parallel import fsdp
-from thinkrl.parallel.device import autocast, bind_rank_device, compute_dtype, resolve_device
+from thinkrl.parallel.device import (autocast, bind_rank_device, compute_dtype, empty_cache,
+                                     frozen_weights_dtype, resolve_device)
 from thinkrl.parallel.distributed import init_process_group
 from thinkrl.records import PromptBatch, Rollouts
 from thinkrl.rollout.base import SamplingParams
@@ -86,7 +87,7 @@ class PolicyRank:
         dtype = compute_dtype(self.device, arr.model.dtype)
         self.autocast = autocast(self.device, dtype)
         model = self._load(gradient_checkpointing=arr.model.enable_gradient_checkpointing,
-                           dtype=dtype, param_offload=offload[0])
+                           dtype=dtype, param_offload=offload[0], weights_dtype=torch.float32)
         sizes, rollout = spec.sizes, arr.rollout
         self.actor = ActorWorker(
             model, arr.actor, actor_update_spec(arr.actor, sizes), total_steps=spec.total_steps,
@@ -97,7 +98,8 @@ class PolicyRank:
                                  if rollout.log_prob_use_dynamic_bsz else None))
         self.reference = None
         if spec.with_reference:
-            ref_model = self._load(gradient_checkpointing=False, dtype=dtype, param_offload=offload[1])
+            ref_model = self._load(gradient_checkpointing=False, dtype=dtype, param_offload=offload[1],
+                                   weights_dtype=frozen_weights_dtype(self.device, dtype))
             self.reference = ReferenceWorker(
                 ref_model, micro_batch_size=sizes.ref_log_prob_micro_batch_size_per_device,
                 temperature=rollout.temperature, autocast=self.autocast, device=self.device,
@@ -163,11 +165,12 @@ class PolicyRank:
                   or fsdp_config.offload_policy)
         return wanted and self.device.type != "cpu"
 
-    def _load(self, *, gradient_checkpointing: bool, dtype: torch.dtype,
-              param_offload: bool) -> torch.nn.Module:
-        """The policy's architecture and initial weights (the actor's, or the
-        reference's) on this rank: whole on one rank; sharded over several,
-        read from disk by rank 0 alone and broadcast into the shards."""
+    def _load(self, *, gradient_checkpointing: bool, dtype: torch.dtype, param_offload: bool,
+              weights_dtype: torch.dtype) -> torch.nn.Module:
+        """The policy's architecture and initial weights (the actor's float32
+        master weights, or the reference's) on this rank, in `weights_dtype`,
+        computing in `dtype`: whole on one rank; sharded over several, read
+        from disk by rank 0 alone and broadcast into the shards."""
         spec, model_cfg = self.spec, self.spec.cfg.actor_rollout_ref.model
         options = dict(trust_remote_code=model_cfg.trust_remote_code,
                        override_config=model_cfg.override_config,
@@ -178,7 +181,7 @@ class PolicyRank:
             apply_model_settings(model, model_cfg)  # VL: model.freeze_vision_tower
 
         def load() -> torch.nn.Module:
-            return load_causal_lm(spec.model_path, dtype=torch.float32, device=self.device, **options)
+            return load_causal_lm(spec.model_path, dtype=weights_dtype, device=self.device, **options)
 
         if spec.world_size == 1:
             model = load()
@@ -191,7 +194,7 @@ class PolicyRank:
                              whole=unsplit_modules(model, model_cfg))
 
         return fsdp.load_sharded(
-            load, lambda: causal_lm_skeleton(spec.model_path, dtype=torch.float32, **options),
+            load, lambda: causal_lm_skeleton(spec.model_path, dtype=weights_dtype, **options),
             # offloaded shards live on the host (FSDP2's CPUOffloadPolicy)
             shard=shard, device=torch.device("cpu") if param_offload else self.device)
 
@@ -213,7 +216,9 @@ class PolicyRank:
                                                     model_inputs=model_inputs)
 
     def update_on(self, minis: list[MiniBatch]) -> dict[str, float]:
-        return self.actor.update_on(minis)
+        metrics = self.actor.update_on(minis)
+        empty_cache(self.device.type)  # the update's activations and gradients, for the engine
+        return metrics
 
     def weight_stats(self) -> dict:
         return self.actor.weight_stats()
