@@ -220,6 +220,9 @@ def test_two_simulated_nodes_run_two_steps(asset_cache, tiny_model_dir, tmp_path
         "num_cpus": 1, "node_ip_address": "127.0.0.1", "include_dashboard": False})
     cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
     try:
+        from thinkrl.parallel import ray_cluster
+        ray.init(address=cluster.address, _node_ip_address="127.0.0.1")
+        assert ray_cluster.on_loopback()  # joined, not started: its ranks get the loopback env too
         result = train(_cfg(tiny_model_dir, tmp_path / "run", "trainer.nnodes=2",
                             "trainer.n_gpus_per_node=1", f"trainer.ray_address={cluster.address}"),
                        log=lambda *_: None)

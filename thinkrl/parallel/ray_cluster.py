@@ -56,6 +56,16 @@ def connect(trainer: TrainerConfig, *, world_size: int, log=print) -> bool:
     return True
 
 
+def on_loopback() -> bool:
+    """Every live node of the cluster is this machine on a loopback address
+    (a cluster this run started, or one started with `ray start --head
+    --node-ip-address=127.0.0.1` and joined): its ranks' collectives then stay
+    on loopback too."""
+    import ray
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    return bool(nodes) and all(n["NodeManagerAddress"].startswith("127.") for n in nodes)
+
+
 def device_kind(device_name: str) -> str:
     """trainer.device for the ranks: "auto" becomes cuda or npu when the
     cluster has GPUs or NPUs, else cpu (decided once, here on the driver:

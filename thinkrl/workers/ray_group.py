@@ -129,7 +129,7 @@ class RayWorkerGroup:
         self.groups = ray_cluster.reserve_devices(trainer, device_name=device,
                                                   timeout_s=self.timeout_s)
         # A cluster of this machine alone: collectives stay on loopback too.
-        env = {"env_vars": loopback_env()} if started else None
+        env = {"env_vars": loopback_env()} if started or ray_cluster.on_loopback() else None
         remote = ray.remote(RankActor)
         for r in range(world):
             node, slot = divmod(r, trainer.n_gpus_per_node)
