@@ -87,8 +87,8 @@ def train_run(run: Run, *, log=print) -> TrainResult:
                 f"a row; those updates were skipped, so the weights in memory are those after step "
                 f"{step - skipped_in_a_row} (not saved by this stop). {kept_on_disk(run.run_dir)} "
                 "Lower actor_rollout_ref.actor.optim.lr or check the rewards.")
-        test_freq = cfg.trainer.test_freq
-        if step == run.total_steps or (test_freq > 0 and step % test_freq == 0):
+        test_freq = cfg.trainer.test_freq  # <= 0: never (verl's rule, the last step included)
+        if test_freq > 0 and (step % test_freq == 0 or step == run.total_steps):
             last_val = validate(run, step=step)
             metrics.update(last_val)
         run.metrics_log.log(metrics, step=step)

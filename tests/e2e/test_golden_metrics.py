@@ -65,7 +65,7 @@ OVERRIDES = [
     "actor_rollout_ref.actor.ppo_mini_batch_size=2",
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
     "actor_rollout_ref.actor.optim.lr=1e-3", "data.max_response_length=16",
-    "data.val_batch_size=100", "trainer.total_training_steps=3", "trainer.test_freq=-1",
+    "data.val_batch_size=100", "trainer.total_training_steps=3", "trainer.test_freq=3",
     "trainer.progress_bar=False", "trainer.logger=[]", "reward.num_workers=0"]
 
 

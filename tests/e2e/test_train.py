@@ -40,7 +40,7 @@ def _without_timing(record: dict) -> dict:
 
 
 def test_two_steps_write_verl_metrics(asset_cache, tiny_model_dir, tmp_path):
-    result, records = _run(tiny_model_dir, tmp_path / "run")
+    result, records = _run(tiny_model_dir, tmp_path / "run", "trainer.test_freq=2")
     assert [r["step"] for r in records] == [0, 1, 2]  # validation before training, 2 steps
     val_key = "val-core/thinkrl/arith/reward/mean@1"
     assert val_key in records[0] and val_key in records[-1]
@@ -58,6 +58,8 @@ def test_two_steps_write_verl_metrics(asset_cache, tiny_model_dir, tmp_path):
 def test_seeded_run_gives_identical_metrics(asset_cache, tiny_model_dir, tmp_path):
     _, first = _run(tiny_model_dir, tmp_path / "a", "trainer.val_before_train=False")
     _, second = _run(tiny_model_dir, tmp_path / "b", "trainer.val_before_train=False")
+    # trainer.test_freq=-1 (verl's "never"): no validation during training, the last step too
+    assert not [k for r in first for k in r if k.startswith("val-")]
     assert [_without_timing(r) for r in first] == [_without_timing(r) for r in second]
 
 

@@ -198,7 +198,8 @@ class TrainerConfig:
     save_freq: int = -1
     """Checkpoint every this many steps and at the last step; <= 0 disables."""
     test_freq: int = -1
-    """Validate every this many steps; <= 0 disables."""
+    """Validate every this many steps and at the last step; <= 0 never
+    validates during training (as in verl; val_before_train is apart)."""
     val_before_train: bool = True
     """Validate once before the first step."""
     val_only: bool = False
