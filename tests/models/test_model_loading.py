@@ -74,3 +74,32 @@ def test_a_truncated_or_mismatched_model_folder_is_a_clear_error(tiny_model_dir,
     (mismatched / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="do not match the shapes config.json describes"):
         load_causal_lm(str(mismatched), dtype=torch.float32, device=torch.device("cpu"))
+
+
+def test_a_model_class_that_does_not_import_is_named_an_environment_problem(tiny_model_dir,
+                                                                             monkeypatch):
+    # What transformers raises when a torchvision built for another torch sits
+    # beside torch (seen with vLLM's CPU build): the folder is intact.
+    import pytest
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from thinkrl.errors import SetupError
+    from thinkrl.models.loading import load_causal_lm
+
+    def broken(*args, **kwargs):
+        try:
+            raise ModuleNotFoundError("No module named 'torchvision._meta_registrations'")
+        except ModuleNotFoundError as err:
+            raise RuntimeError("Failed to import transformers.models.qwen2.modeling_qwen2 because "
+                               "of the following error (look up to see its traceback):\n"
+                               "No module named 'torchvision._meta_registrations'") from err
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", broken)
+    with pytest.raises(SetupError) as err:
+        load_causal_lm(str(tiny_model_dir), dtype=torch.float32, device=torch.device("cpu"))
+    message = str(err.value)
+    assert "cannot import the model's code in this environment" in message
+    assert "torchvision._meta_registrations" in message and "installed: torch " in message
+    assert "The model folder is not the cause" in message and "truncated" not in message
+    assert "pip uninstall torchvision" in err.value.fix

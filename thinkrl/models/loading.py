@@ -23,9 +23,47 @@ def _explain(path: str, what: str, err: Exception, *, key: str = "actor_rollout_
                       f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})")
 
 
+def import_failure(err: BaseException) -> str | None:
+    """The import error behind `err` (anywhere in its cause chain, or in the
+    text transformers wraps it in: "Failed to import ... because of the
+    following error"), else None."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, ImportError):
+            return f"{type(seen).__name__}: {seen}"
+        if "Failed to import" in str(seen):
+            return str(seen).strip().splitlines()[-1]
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def installed(*packages: str) -> str:
+    """'torch 2.13.0+cpu, torchvision 0.28.0, ...' for the packages installed here."""
+    from importlib import metadata
+
+    found = []
+    for name in packages:
+        try:
+            found.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            found.append(f"{name} (not installed)")
+    return ", ".join(found)
+
+
 def damaged_model(path: str, err: Exception, *, key: str = "actor_rollout_ref.model.path") -> ValueError:
     """A model folder whose files do not load: a truncated or corrupt
-    safetensors file, or weights whose shapes do not match config.json."""
+    safetensors file, or weights whose shapes do not match config.json; or
+    not the folder at all but this environment, when transformers cannot
+    import the model's code (a package built for another torch, say)."""
+    missing = import_failure(err)
+    if missing is not None:
+        return SetupError(
+            f"{key}={path!r}: transformers cannot import the model's code in this environment "
+            f"({missing}); installed: {installed('torch', 'torchvision', 'torchaudio', 'transformers')}. "
+            "The model folder is not the cause",
+            "install the torchvision (and torchaudio) built for the installed torch, or uninstall "
+            "them if nothing needs them (vLLM's CPU build pulls ones that do not import beside "
+            "torch 2.13.0+cpu: `pip uninstall torchvision torchaudio torchcodec`)")
     text = str(err).strip().splitlines()
     if "mismatch" in str(err).lower() or "ignore_mismatched_sizes" in str(err):
         what = "its weights do not match the shapes config.json describes"
