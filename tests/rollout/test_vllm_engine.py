@@ -256,7 +256,7 @@ def test_two_grpo_steps_leave_the_engine_holding_the_actors_weights(asset_cache,
         moved = max((v - before[k]).abs().max().item()
                     for k, v in run.actor.group.rank.actor.model.state_dict().items())
         assert moved > 1e-3  # far past assert_engine_holds' tolerance
-        assert isinstance(run.engine, VllmEngine)
+        assert isinstance(run.engine.group.rank.engine, VllmEngine)
         assert_engine_holds(run.engine.group.rank.engine, run.actor.group.rank.actor.model)
     finally:
         run.close()
