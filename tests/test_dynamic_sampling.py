@@ -14,7 +14,7 @@ import torch
 
 from thinkrl.config.schema import Config
 from thinkrl.assets import generation_batch_size
-from thinkrl.dynamic_sampling import filter_values, generate_and_score
+from thinkrl.dynamic_sampling import build_sampler, filter_values
 from thinkrl.metrics import StageTimer
 from thinkrl.records import PromptBatch, Rollouts, Sample
 from thinkrl.rewards.scorer import ScoreResult
@@ -86,7 +86,7 @@ def test_constant_groups_are_dropped_and_more_batches_generated():
     # 4 prompts per generation batch, 2 of them mixed (1 and 3): 3 wanted -> a second batch
     # (prompts 4..7, mixed 5 and 7); the first 3 mixed prompts are kept: 1, 3, 5.
     run = _run(train=3, gen=4)
-    out = generate_and_score(run, StageTimer())
+    out = build_sampler(run.cfg)(run, StageTimer())
     assert out.metrics == {"train/num_gen_batches": 2.0, "train/num_gen_prompts": 8.0,
                            "train/num_kept_prompts": 4.0}
     r = out.rollouts
@@ -104,7 +104,7 @@ def test_constant_groups_are_dropped_and_more_batches_generated():
 
 def test_one_batch_is_enough_when_it_has_enough_mixed_groups():
     run = _run(train=2, gen=4)
-    out = generate_and_score(run, StageTimer())
+    out = build_sampler(run.cfg)(run, StageTimer())
     assert out.metrics["train/num_gen_batches"] == 1.0
     assert [s.index for s in out.rollouts.samples] == [1, 1, 3, 3]
 
@@ -112,14 +112,14 @@ def test_one_batch_is_enough_when_it_has_enough_mixed_groups():
 def test_too_few_mixed_groups_within_the_limit_is_an_error():
     run = _run(train=3, gen=4, max_batches=1)
     with pytest.raises(RuntimeError, match="max_num_gen_batches"):
-        generate_and_score(run, StageTimer())
+        build_sampler(run.cfg)(run, StageTimer())
     assert run.engine.calls == 1
 
 
 def test_overlong_penalty_is_added_to_scores_but_acc_filters_on_the_raw_score():
     # Limit 4, buffer 2: batch 1 responses have 2 tokens (no penalty), batch 2 have 3 (-0.5).
     run = _run(train=3, gen=4, overlong=True)
-    out = generate_and_score(run, StageTimer())
+    out = build_sampler(run.cfg)(run, StageTimer())
     assert out.scored.scores.tolist() == [1.0, 0.0, 1.0, 0.0, 0.5, -0.5]
     assert out.raw_scores.tolist() == [1.0, 0.0] * 3
     assert [p["overlong"] for p in out.scored.parts] == [0.0] * 4 + [1.0] * 2
@@ -131,7 +131,7 @@ def test_unknown_metric_names_what_the_reward_reports():
     run = _run(train=3, gen=4)
     run.cfg.algorithm.filter_groups.metric = "accuracy"
     with pytest.raises(ValueError, match="accuracy.*reports: none"):
-        generate_and_score(run, StageTimer())
+        build_sampler(run.cfg)(run, StageTimer())
 
 
 def test_remax_scores_one_greedy_response_per_prompt_as_baseline():
@@ -141,7 +141,7 @@ def test_remax_scores_one_greedy_response_per_prompt_as_baseline():
     run.cfg.algorithm.filter_groups.enable = False
     run.cfg.algorithm.adv_estimator = "remax"
     timer = StageTimer()
-    out = generate_and_score(run, timer)
+    out = build_sampler(run.cfg)(run, timer)
     greedy = run.engine.params[1]
     assert (greedy.n, greedy.do_sample) == (1, False)
     assert out.reward_baselines.tolist() == [1.0] * 4  # one per response, repeated over its group

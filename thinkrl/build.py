@@ -24,6 +24,7 @@ from thinkrl.config import Config, DerivedSizes, execution_backend, inactive_set
 from thinkrl.config.loading import config_to_dict
 from thinkrl.data.dataset import PromptLoader
 from thinkrl.data.images import check_image_backend
+from thinkrl.dynamic_sampling import build_sampler
 from thinkrl.metrics import MetricsLog
 from thinkrl.models.loading import load_generation_config
 from thinkrl.parallel.device import synchronizer
@@ -81,7 +82,7 @@ def _assemble(cfg: Config, sizes: DerivedSizes, *, log=print) -> Run:
                   tokenizer=tokenizer, actor=roles.actor, reference=roles.reference,
                   engine=roles.engine, train_loader=train_loader, val_prompts=val_prompts,
                   reward=reward, zero_reward_watch=ZeroRewardWatch(cfg.reward.zero_reward_warn_steps),
-                  advantage_fn=build_advantage_estimator(cfg.algorithm),
+                  sample=build_sampler(cfg), advantage_fn=build_advantage_estimator(cfg.algorithm),
                   sampling=training_sampling(cfg, max_tokens=sizes.response_length),
                   val_sampling=validation_sampling(cfg, max_tokens=sizes.response_length),
                   total_steps=total_steps,

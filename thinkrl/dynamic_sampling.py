@@ -18,13 +18,15 @@ Shapes: B prompts, G responses per prompt, N = B*G, P prompt tokens
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import torch
 from torch import Tensor
 
 from thinkrl.algos.dapo import mixed_groups, overlong_penalty
+from thinkrl.config import Config
 from thinkrl.metrics import StageTimer
 from thinkrl.records import ModelInputs, PromptBatch, Rollouts
 from thinkrl.rewards.scorer import ScoreResult
@@ -33,7 +35,7 @@ from thinkrl.rewards.scoring import decode_responses
 if TYPE_CHECKING:
     from thinkrl.run import Run
 
-__all__ = ["ScoredRollouts", "generate_and_score"]
+__all__ = ["Sampler", "ScoredRollouts", "build_sampler"]
 
 
 @dataclass(slots=True)
@@ -46,11 +48,25 @@ class ScoredRollouts:
     reward_baselines: Tensor | None = None  # [N] ReMax: score of the prompt's greedy response
 
 
-def generate_and_score(run: Run, timer: StageTimer) -> ScoredRollouts:
-    """This step's scored responses: one batch, or as many as dynamic sampling needs."""
+Sampler = Callable[["Run", StageTimer], ScoredRollouts]
+"""The generate-and-score stage: this step's scored responses."""
+
+
+def build_sampler(cfg: Config) -> Sampler:
+    """The stage for `cfg`, chosen once at build: one batch per step, with
+    ReMax's greedy baselines when algorithm.adv_estimator=remax, and under
+    DAPO's dynamic sampling (algorithm.filter_groups.enable) as many batches
+    as it takes."""
+    draw = one_batch_with_greedy_baseline if cfg.algorithm.adv_estimator == "remax" else one_batch
+    if not cfg.algorithm.filter_groups.enable:
+        return draw
+    return functools.partial(dynamic_sampling, draw=draw)
+
+
+def dynamic_sampling(run: Run, timer: StageTimer, *, draw: Sampler) -> ScoredRollouts:
+    """DAPO: batches from `draw` until data.train_batch_size prompts remain
+    whose responses differ in algorithm.filter_groups.metric; the first ones kept."""
     groups_cfg = run.cfg.algorithm.filter_groups
-    if not groups_cfg.enable:
-        return _one_batch(run, timer)
     wanted = run.cfg.data.train_batch_size
     kept: list[ScoredRollouts] = []
     num_kept = num_generated = batches = 0
@@ -63,7 +79,7 @@ def generate_and_score(run: Run, timer: StageTimer) -> ScoredRollouts:
                 "The prompts are too easy or too hard for the model; raise "
                 "algorithm.filter_groups.max_num_gen_batches (0: no limit) or data.gen_batch_size, "
                 "or use other data")
-        part = _one_batch(run, timer)
+        part = draw(run, timer)
         batches += 1
         values = filter_values(part, groups_cfg.metric)
         keep = mixed_groups(values, part.rollouts.group_ids)
@@ -98,7 +114,21 @@ def filter_values(part: ScoredRollouts, metric: str) -> Tensor:
     return torch.tensor([p[metric] for p in scored.parts], dtype=torch.float32)
 
 
-def _one_batch(run: Run, timer: StageTimer) -> ScoredRollouts:
+def one_batch(run: Run, timer: StageTimer) -> ScoredRollouts:
+    """One batch of prompts, generated and scored (the overlong penalty added)."""
+    return _draw(run, timer)[1]
+
+
+def one_batch_with_greedy_baseline(run: Run, timer: StageTimer) -> ScoredRollouts:
+    """`one_batch` and ReMax's baseline for each response: the score of its
+    prompt's greedy response (`greedy_baseline`)."""
+    prompts, part = _draw(run, timer)
+    with timer("gen_max"):
+        part.reward_baselines = greedy_baseline(run, prompts).repeat_interleave(run.sampling.n)
+    return part
+
+
+def _draw(run: Run, timer: StageTimer) -> tuple[PromptBatch, ScoredRollouts]:
     prompts = run.train_loader.next_batch()
     with timer("gen"):
         rollouts = run.engine.generate(prompts, run.sampling)
@@ -111,11 +141,7 @@ def _one_batch(run: Run, timer: StageTimer) -> ScoredRollouts:
     if buffer.enable and buffer.log:  # reported as reward/overlong_reward/mean and reward/overlong/mean
         for parts, p in zip(scored.parts, (scored.scores - raw_scores).tolist()):
             parts.update(overlong_reward=p, overlong=float(p < 0))
-    baselines = None
-    if run.cfg.algorithm.adv_estimator == "remax":
-        with timer("gen_max"):
-            baselines = greedy_baseline(run, prompts).repeat_interleave(run.sampling.n)
-    return ScoredRollouts(rollouts, texts, scored, raw_scores, {}, baselines)
+    return prompts, ScoredRollouts(rollouts, texts, scored, raw_scores, {})
 
 
 def _penalty(run: Run, rollouts: Rollouts) -> Tensor:

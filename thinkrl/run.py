@@ -42,6 +42,9 @@ class Run:
     reward: RewardScorer
     """Scores responses (worker processes with a per-response timeout); close() it."""
     zero_reward_watch: ZeroRewardWatch
+    sample: Callable
+    """The generate-and-score stage, chosen at build (`thinkrl.dynamic_sampling.build_sampler`:
+    one batch, ReMax's greedy baselines, DAPO's dynamic sampling): sample(run, timer)."""
     advantage_fn: Callable
     sampling: SamplingParams
     val_sampling: SamplingParams

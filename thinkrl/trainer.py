@@ -24,7 +24,6 @@ from thinkrl.checkpoint.resume import should_save
 from thinkrl.checkpoint.state import Progress, save_checkpoint
 from thinkrl.checkpoint.store import kept_on_disk
 from thinkrl.config import Config
-from thinkrl.dynamic_sampling import generate_and_score
 from thinkrl.evaluation import run_validation
 from thinkrl.generations import log_train_generations, log_val_generations
 from thinkrl.guard import DivergenceGuard
@@ -112,7 +111,7 @@ def train_step(run: Run, step: int) -> dict[str, float]:
     critic only), update the actor, sync weights."""
     timer = StageTimer(run.sync)
     with timer("step"):
-        sampled = generate_and_score(run, timer)  # gen + reward; DAPO's dynamic sampling
+        sampled = run.sample(run, timer)  # gen + reward (ReMax's baselines, DAPO's sampling)
         rollouts, texts, scored = sampled.rollouts, sampled.texts, sampled.scored
         run.zero_reward_watch.update(scored.scores, failures=scored.errors + scored.timeouts)
         check_reward_failures(run, scored, step=step)  # before an update on failed scores
