@@ -35,6 +35,14 @@ def test_terms_by_hand():
     assert e.peak == e.weights + e.optimizer + e.reference + max(e.gradients + e.activations, e.kv_cache)
 
 
+def test_the_reference_is_counted_in_the_compute_dtype_on_an_accelerator():
+    # bfloat16 compute on a GPU: the frozen reference is kept in bfloat16 (2 bytes
+    # per parameter), the actor's master weights stay float32 (4)
+    e = estimate_memory(_ctx("actor_rollout_ref.model.dtype=bfloat16", device="cuda"))
+    P = 100_000
+    assert (e.weights, e.reference) == (4 * P, 2 * P)
+
+
 def test_a_critic_adds_its_weights_adamw_and_update_by_hand():
     plain = estimate_memory(_ctx())
     e = estimate_memory(_ctx("algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=1",

@@ -7,7 +7,8 @@ fp32 terms divided by the devices FSDP shards over: 1 on the local backend):
     weights      4 P          fp32 master weights (mixed precision)
     gradients    4 P          fp32, alive during the update only
     AdamW        8 P          two fp32 moments
-    reference    4 P          frozen fp32 copy, when a KL term is on
+    reference    c P          frozen copy in the compute dtype (fp32 on a CPU), when a
+                              KL term is on
     activations  L * b*s*h * (34 + 5*a*s/h) * c/2 + b*s*V*(c + 4)
                  per micro-batch of b responses, s = prompt + response
                  tokens, c bytes per compute element (4 fp32, 2 bf16).
@@ -150,7 +151,8 @@ def estimate_memory(ctx: DoctorContext) -> MemoryEstimate:
     with_ref = arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
     return MemoryEstimate(weights=4 * params // shards, gradients=4 * params // shards,
                           optimizer=8 * params // shards,
-                          reference=(4 * params // shards) if with_ref else 0,
+                          # kept in the compute dtype on accelerators (fp32 on a CPU)
+                          reference=((4 if not accelerator else c) * params // shards) if with_ref else 0,
                           activations=activations, kv_cache=int(kv), sequences=seqs,
                           critic=critic, critic_update=critic_update)
 
@@ -201,7 +203,8 @@ def check_device(ctx: DoctorContext) -> CheckResult:
 
 def check_host(ctx: DoctorContext) -> CheckResult:
     """Host RAM beside an accelerator: loading passes the fp32 weights
-    through the host, and offloaded roles live there."""
+    through the host (once per node: on the ray backend rank 0 alone reads
+    them and the other ranks receive their shards), and offloaded roles live there."""
     if ctx.device_kind == "cpu":
         return ok("memory/host", "the device is the CPU: host RAM is memory/device")
     cfg, params = ctx.cfg, ctx.param_count
