@@ -128,8 +128,8 @@ def test_ranks_whose_responses_end_at_different_steps_train_and_validate(
     try:
         group = sharded.actor.group
         widths, one = [], dataclasses.replace(sharded.sampling, n=1)
-        for _ in range(4):  # per rank: the tokens its engine decoded for one response
-            prompts = sharded.train_loader.next_batch()
+        while len(widths) < 8 and not any(a != b for a, b in widths):
+            prompts = sharded.train_loader.next_batch()  # per rank: the tokens its engine decoded
             parts = group.call_all("gen", "generate", [(prompts.select(share), one)
                                                        for share in row_shares_of(prompts)])
             widths.append([part.response_ids.shape[1] for part in parts])
