@@ -60,10 +60,10 @@ class RowShardedCall:
 
 
 class ShardedUpdate:
-    """A trained role's update across the group: planned here, with the
-    role's `UpdateSpec` (the plan the local learner makes) and a driver-side
-    shuffle generator; each rank trains on its share of every mini-batch, with
-    the whole mini-batch's normalisers; rank 0 returns the reduced metrics.
+    """A trained role's update across the group: planned here, once for both
+    backends (`UpdateSpec.plan` with a driver-side shuffle generator); each
+    rank trains on its share of every mini-batch, with the whole
+    mini-batch's normalisers; rank 0 returns the reduced metrics.
     Its resumable state: rank 0's LR schedule (all ranks hold the same) and
     the shuffle generator."""
 
