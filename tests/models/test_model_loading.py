@@ -103,3 +103,21 @@ def test_a_model_class_that_does_not_import_is_named_an_environment_problem(tiny
     assert "torchvision._meta_registrations" in message and "installed: torch " in message
     assert "The model folder is not the cause" in message and "truncated" not in message
     assert "pip uninstall torchvision" in err.value.fix
+
+
+def test_a_model_folder_without_tokenizer_files_says_so(tiny_model_dir, tmp_path):
+    import shutil
+
+    import pytest
+
+    from thinkrl.errors import SetupError
+    from thinkrl.models.loading import load_tokenizer
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(tiny_model_dir / name, bare / name)
+    with pytest.raises(SetupError, match="holds no tokenizer files") as err:
+        load_tokenizer(str(bare))
+    assert "data.tokenizer" in err.value.fix
+    assert len(load_tokenizer(str(tiny_model_dir))) > 100  # a folder with them loads

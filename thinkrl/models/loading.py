@@ -74,10 +74,22 @@ def damaged_model(path: str, err: Exception, *, key: str = "actor_rollout_ref.mo
                       "re-export the model folder, or fix config.json")
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json",
+                   "vocab.txt", "spiece.model")
+"""A folder holding none of these has no tokenizer (transformers would build an empty one)."""
+
+
 def load_tokenizer(path: str, *, trust_remote_code: bool = False,
                    custom_chat_template: str | None = None):
     from transformers import AutoTokenizer
 
+    local = Path(path).expanduser()
+    if local.is_dir() and not any((local / name).is_file() for name in TOKENIZER_FILES):
+        raise SetupError(
+            f"the tokenizer folder {local} holds no tokenizer files (none of "
+            f"{', '.join(TOKENIZER_FILES)}): transformers would make an empty tokenizer of it",
+            "copy the model's tokenizer files into it, or point data.tokenizer (or "
+            "actor_rollout_ref.model.tokenizer_path) at the folder that has them")
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as err:
