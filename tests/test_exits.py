@@ -12,7 +12,7 @@ import torch
 from thinkrl.checkpoint.lock import RunLock
 from thinkrl.commands.common import recipe_path
 from thinkrl.errors import RunStopped, SetupError
-from thinkrl.errors import is_disk_full
+from thinkrl.errors import is_disk_full, is_failed_write
 from thinkrl.exits import is_user_error, resume_argv, run_command
 
 
@@ -95,10 +95,18 @@ def test_a_stop_exits_1_with_the_resume_line(tmp_path):
     assert "Resume with: thinkrl train --config tiny trainer.resume_mode=auto" in text
 
 
-def test_disk_full_is_recognised_in_any_form():
+def test_disk_full_is_recognised_in_any_form(tmp_path, monkeypatch):
+    import thinkrl.errors as errors
+
     assert is_disk_full(OSError(errno.ENOSPC, "No space left on device"))
-    assert is_disk_full(RuntimeError("[enforce fail at inline_container.cc:595] . "
-                                     "PytorchStreamWriter failed writing file data/0: file write failed"))
+    # torch.save says "file write failed" for any failed write: a full disk only
+    # when the folder it wrote in is (nearly) full; a read-only one fails alike
+    torch_save = RuntimeError("[enforce fail at inline_container.cc:595] . "
+                              "PytorchStreamWriter failed writing file data/0: file write failed")
+    assert not is_disk_full(torch_save) and not is_disk_full(torch_save, folder=tmp_path)
+    assert is_failed_write(torch_save)
+    monkeypatch.setattr(errors, "_free_bytes", lambda folder: 1 << 20)
+    assert is_disk_full(torch_save, folder=tmp_path)
     wrapped = RuntimeError("save failed")
     wrapped.__cause__ = OSError(errno.EDQUOT, "Disk quota exceeded")
     assert is_disk_full(wrapped)
@@ -111,6 +119,16 @@ def test_disk_full_outside_a_save_names_the_folder(tmp_path):
 
     code, text = _run(full, argv=["report", str(tmp_path)])
     assert code == 1 and f"writing in {tmp_path} failed" in text and " free;" in text
+
+
+def test_a_write_refused_with_space_left_is_not_called_a_full_disk():
+    def refused():
+        raise RuntimeError("[enforce fail at inline_container.cc:595] . PytorchStreamWriter "
+                           "failed writing file data/0: file write failed")
+
+    code, text = _run(refused, argv=["report", "x"])
+    assert code == 1 and "not for lack of space" in text and "read-only" in text
+    assert "disk is full" not in text and "bug in thinkrl" not in text
 
 
 def test_resume_argv():

@@ -40,20 +40,51 @@ class DiskFull(SetupError):
 
 
 _DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
-_DISK_FULL_TEXT = ("No space left", "StorageFull", "Disk quota exceeded", "file write failed")
+_DISK_FULL_TEXT = ("No space left", "StorageFull", "Disk quota exceeded")
+_WRITE_FAILED_TEXT = "file write failed"  # torch.save's words for any failed write, without a cause
+NEARLY_FULL_BYTES = 64 * 2**20
 
 
-def is_disk_full(error: BaseException) -> bool:
-    """ENOSPC/EDQUOT anywhere in the cause chain, or a writer (torch.save,
-    safetensors) that reports it only in its message."""
+def is_disk_full(error: BaseException, *, folder: Path | None = None) -> bool:
+    """ENOSPC/EDQUOT anywhere in the cause chain, or a writer (safetensors)
+    that says so only in its message. torch.save reports every failed write
+    as "file write failed": that counts as a full disk only when `folder`,
+    where it wrote, is known and has less than NEARLY_FULL_BYTES free (a
+    read-only or unwritable folder fails with the same words)."""
     seen = error
     while seen is not None:
         if isinstance(seen, OSError) and seen.errno in _DISK_FULL_ERRNOS:
             return True
         if any(text in str(seen) for text in _DISK_FULL_TEXT):
             return True
+        if _WRITE_FAILED_TEXT in str(seen) and folder is not None:
+            return _free_bytes(folder) < NEARLY_FULL_BYTES
         seen = seen.__cause__ or seen.__context__
     return False
+
+
+def is_failed_write(error: BaseException) -> bool:
+    """A write refused for another reason than space (a read-only or
+    unwritable folder), as the writers report it."""
+    seen = error
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            return True
+        if _WRITE_FAILED_TEXT in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _free_bytes(folder: Path) -> int:
+    import shutil
+
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return 0
 
 
 def nearest_files(path: Path) -> str:

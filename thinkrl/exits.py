@@ -30,7 +30,7 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
-from thinkrl.errors import DiskFull, RunStopped, SetupError, is_disk_full
+from thinkrl.errors import DiskFull, RunStopped, SetupError, is_disk_full, is_failed_write
 
 _PACKAGE = Path(__file__).resolve().parent
 def run_command(function: Callable, args, *, argv: list[str], err=None) -> int:
@@ -57,13 +57,22 @@ def run_command(function: Callable, args, *, argv: list[str], err=None) -> int:
         say(resume_line(argv, last_locked_run_dir()))
         return 1
     except Exception as error:  # classified below; BaseException (SystemExit) passes
-        if is_disk_full(error):
-            say(f"thinkrl: the disk is full: {disk_full_message(error)}")
+        run_dir = last_locked_run_dir()
+        if is_disk_full(error, folder=run_dir):
+            say(f"thinkrl: the disk is full: {disk_full_message(error, folder=_written_in(error, run_dir))}")
             say(resume_line(argv, last_locked_run_dir()))
             return 1
         if is_user_error(error):
             say(f"thinkrl: error: {error}")
             return 2
+        if is_failed_write(error):
+            folder = _written_in(error, run_dir)
+            say(f"thinkrl: error: writing in {folder or 'the run folder'} failed "
+                f"({type(error).__name__}: {str(error)[:200]}), not for lack of space: the folder is "
+                "read-only or not writable by this user. Make it writable, or point "
+                "trainer.default_local_dir at a folder that is")
+            say(resume_line(argv, run_dir))
+            return 1
         if isinstance(error, OSError):
             say(f"thinkrl: error: {error}")
             return 1
@@ -82,6 +91,12 @@ def is_user_error(error: BaseException) -> bool:
         return False
     frames = traceback.extract_tb(error.__traceback__)
     return bool(frames) and Path(frames[-1].filename).resolve().is_relative_to(_PACKAGE)
+
+
+def _written_in(error: BaseException, run_dir: Path | None) -> Path | None:
+    """The folder a failed write was in: the error's file, else the run's folder."""
+    filename = getattr(error, "filename", None)
+    return Path(filename).parent if filename else run_dir
 
 
 def disk_full_message(error: BaseException, *, folder: Path | None = None,

@@ -163,7 +163,7 @@ def atomic_checkpoint(run_dir: Path, step: int, meta: dict) -> Iterator[Path]:
         written = _bytes_under(tmp)
         shutil.rmtree(tmp, ignore_errors=True)
 
-        if isinstance(err, Exception) and is_disk_full(err):
+        if isinstance(err, Exception) and is_disk_full(err, folder=run_dir):
             raise _disk_full(err, run_dir, step=step, written=written) from err
         raise
     fsync_dir(run_dir)
