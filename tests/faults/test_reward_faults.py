@@ -38,6 +38,21 @@ def test_reward_file_hangs_at_import(tiny, tmp_path, capsys):
     assert (run_dir / LOCK_FILE).read_text() == ""
 
 
+def test_reward_file_hanging_at_import_stops_the_doctor_too(tiny, tmp_path, capsys):
+    """Case: the same file, with the pre-start checks on (no --skip-doctor).
+    Behaviour: the doctor's data/reward check imports it in a throwaway process and fails after
+    reward.timeout_s naming the file (before: the doctor froze forever); exit 2.
+    Kept: nothing is written to the run folder."""
+    run_dir, argv = tiny
+    path = _reward(tmp_path, "import time\ntime.sleep(1e9)\n" + SCORE + "    return 1.0\n")
+    args = [a for a in argv(f"custom_reward_function.path={path}", "reward.timeout_s=1",
+                            "trainer.total_training_steps=2") if a != "--skip-doctor"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "data/reward" in err and f"custom_reward_function.path={path}" in err
+    assert not run_dir.exists() or sorted(p.name for p in run_dir.iterdir()) in ([], [LOCK_FILE])
+
+
 def test_reward_hangs_on_every_response(tiny, tmp_path, capsys):
     """Case: the reward function hangs on every response.
     Behaviour: each response stopped at reward.timeout_s; the breaker stops the run after step 1 (exit 1).

@@ -133,12 +133,17 @@ check_schema = _each_key("data/schema", _schema_row)
 
 def check_reward(ctx: DoctorContext) -> CheckResult:
     """Every data_source of the data has a reward function: the run's own
-    `RewardFnSpec` is built and asked, as the trainer does at start."""
+    `RewardFnSpec` is built and asked, as the trainer does at start. A
+    user's file is imported first in a throwaway process under
+    reward.timeout_s, so a file that hangs at import cannot freeze the doctor."""
     from thinkrl.rewards.registry import scorer_name_for
     from thinkrl.rewards.reward_fn import RewardFnSpec
+    from thinkrl.rewards.scorer import probe_import
 
     spec = RewardFnSpec.from_config(ctx.cfg)
     try:
+        if spec.custom_path:
+            probe_import(spec, timeout_s=ctx.cfg.reward.timeout_s)
         spec.build()  # a custom file that does not load, an unknown reward.scorer
     except ValueError as err:
         found, _, fix = str(err).partition(": ")
