@@ -34,6 +34,11 @@ class RunStopped(RuntimeError):
     go on; the command line prints it without a traceback and exits 1."""
 
 
+class WorkerFailed(RuntimeError):
+    """A rank of the ray backend died, raised, or missed its deadline; the
+    message says which, where, during what, and the rank's last log lines."""
+
+
 class DiskFull(SetupError):
     """A write failed because the disk is full; names the folder, its free
     space and the space needed."""

@@ -21,18 +21,47 @@ as a config mistake sent users hunting for a typo that was not theirs.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from pathlib import Path
 from typing import Callable
 
-from thinkrl.errors import DiskFull, RunStopped, SetupError, is_disk_full, is_failed_write
+from thinkrl.errors import (DiskFull, RunStopped, SetupError, WorkerFailed, is_disk_full,
+                            is_failed_write)
 
 _PACKAGE = Path(__file__).resolve().parent
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived (what job schedulers send before they kill): raised in
+    the main thread, so that every `finally` runs (workers stopped, the lock
+    released) as for Ctrl-C. Not an Exception: nothing may swallow it."""
+
+
+@contextlib.contextmanager
+def sigterm_raises():
+    """Within the block, SIGTERM raises `Terminated` (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run_command(function: Callable, args, *, argv: list[str], err=None) -> int:
     """`function(args)` with every failure turned into a message and an exit code."""
     from thinkrl.checkpoint.lock import forget_last_locked, last_locked_run_dir
@@ -44,12 +73,21 @@ def run_command(function: Callable, args, *, argv: list[str], err=None) -> int:
         print(message, file=err, flush=True)
 
     try:
-        return function(args)
+        with sigterm_raises():
+            return function(args)
     except KeyboardInterrupt:
         say("\nthinkrl: stopped by Ctrl-C. " + kept_and_resume(argv, last_locked_run_dir()))
         return 130
+    except Terminated:
+        say("\nthinkrl: stopped by SIGTERM (a job scheduler's stop, or `kill`). "
+            + kept_and_resume(argv, last_locked_run_dir()))
+        return 143
     except (RunStopped, FloatingPointError) as stop:
         say(f"thinkrl: training stopped: {stop}")
+        say(resume_line(argv, last_locked_run_dir()))
+        return 1
+    except WorkerFailed as failed:  # its own words, whole: rank, node, stage, log tail
+        say(f"thinkrl: a worker failed: {failed}")
         say(resume_line(argv, last_locked_run_dir()))
         return 1
     except DiskFull as full:

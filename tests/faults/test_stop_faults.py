@@ -104,6 +104,33 @@ def test_ctrl_c_mid_step(tiny):
     assert (run_dir / LOCK_FILE).read_text() == ""
 
 
+def test_sigterm_mid_step(tiny):
+    """Case: SIGTERM (a job scheduler's stop) to a training process after its first checkpoint.
+    Behaviour: exit 143 with no traceback; says it was stopped by SIGTERM, what is kept and the
+    resume command (before: no message at all).
+    Kept: every finished checkpoint, intact; the lock released."""
+    run_dir, argv = tiny
+    logs = run_dir.parent / "train"
+    process = spawn(argv("trainer.total_training_steps=200", "trainer.save_freq=1"), output=logs)
+    deadline = time.monotonic() + 300
+    while not (run_dir / "global_step_1" / "meta.json").exists() and time.monotonic() < deadline:
+        assert process.poll() is None, Path(f"{logs}.err").read_text()
+        time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=300)
+    except subprocess.TimeoutExpired:  # show where it hangs (faulthandler), then fail
+        process.send_signal(signal.SIGABRT)
+        process.wait()
+    err = Path(f"{logs}.err").read_text()
+    assert process.returncode == 143, err
+    assert "Traceback" not in err and "thinkrl: stopped by SIGTERM" in err
+    kept = on_disk(run_dir)
+    assert kept and all(intact(run_dir / name) for name in kept)
+    assert re.search(r"Resume with: thinkrl train .* trainer\.resume_mode=auto", err)
+    assert (run_dir / LOCK_FILE).read_text() == ""
+
+
 def test_ctrl_c_mid_save(tiny, capsys, monkeypatch):
     """Case: Ctrl-C while global_step_2 is being written.
     Behaviour: exit 130; the half-written save is removed; the resume command is printed.

@@ -263,6 +263,9 @@ def test_a_killed_rank_stops_the_run_and_the_checkpoint_loads(asset_cache, tiny_
             proc.kill()
     assert proc.returncode != 0
     assert "rank 1" in out and "died during" in out, out[-3000:]
+    # the worker's own message, whole, and how to go on (before: "a bug in thinkrl", cut short)
+    assert "thinkrl: a worker failed" in out and "bug in thinkrl" not in out, out[-3000:]
+    assert "trainer.resume_mode=auto" in out, out[-3000:]
     # the last complete checkpoint resumes (here on one process)
     done = sorted(int(p.name.split("_")[-1]) for p in run_dir.glob("global_step_*")
                   if (p / "meta.json").is_file())

@@ -24,11 +24,8 @@ from pathlib import Path
 
 import torch
 
+from thinkrl.errors import WorkerFailed
 from thinkrl.workers.policy_rank import RankSpec
-
-
-class WorkerFailed(RuntimeError):
-    """A rank died, raised, or missed its deadline; the message says which and where."""
 
 
 def check_cpu_only(value, *, where: str, path: str = "result") -> None:
