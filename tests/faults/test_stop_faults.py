@@ -75,10 +75,8 @@ def test_destroyed_after_a_good_checkpoint(tiny, capsys, monkeypatch):
     assert steps_logged(run_dir) == [1, 2]
 
 
-def test_ctrl_c_mid_step(tiny):
-    """Case: SIGINT (Ctrl-C) to a training process after its first checkpoint.
-    Behaviour: exit 130 with no traceback; prints what is kept and the exact resume command.
-    Kept: every finished checkpoint, intact; no temporary save folder; the lock released."""
+def _signal_after_first_checkpoint(tiny, sig: int) -> tuple[int, str]:
+    """A training process, `sig` once its first checkpoint is on disk: (exit code, stderr)."""
     run_dir, argv = tiny
     logs = run_dir.parent / "train"
     process = spawn(argv("trainer.total_training_steps=200", "trainer.save_freq=1"), output=logs)
@@ -86,14 +84,22 @@ def test_ctrl_c_mid_step(tiny):
     while not (run_dir / "global_step_1" / "meta.json").exists() and time.monotonic() < deadline:
         assert process.poll() is None, Path(f"{logs}.err").read_text()
         time.sleep(0.2)
-    process.send_signal(signal.SIGINT)
+    process.send_signal(sig)
     try:
         process.wait(timeout=300)
     except subprocess.TimeoutExpired:  # show where it hangs (faulthandler), then fail
         process.send_signal(signal.SIGABRT)
         process.wait()
-    err = Path(f"{logs}.err").read_text()
-    assert process.returncode == 130, err
+    return process.returncode, Path(f"{logs}.err").read_text()
+
+
+def test_ctrl_c_mid_step(tiny):
+    """Case: SIGINT (Ctrl-C) to a training process after its first checkpoint.
+    Behaviour: exit 130 with no traceback; prints what is kept and the exact resume command.
+    Kept: every finished checkpoint, intact; no temporary save folder; the lock released."""
+    run_dir, _ = tiny
+    code, err = _signal_after_first_checkpoint(tiny, signal.SIGINT)
+    assert code == 130, err
     assert "Traceback" not in err and "thinkrl: stopped by Ctrl-C" in err
     kept = on_disk(run_dir)
     assert kept and all(".tmp-" not in name for name in kept)
@@ -109,21 +115,9 @@ def test_sigterm_mid_step(tiny):
     Behaviour: exit 143 with no traceback; says it was stopped by SIGTERM, what is kept and the
     resume command (before: no message at all).
     Kept: every finished checkpoint, intact; the lock released."""
-    run_dir, argv = tiny
-    logs = run_dir.parent / "train"
-    process = spawn(argv("trainer.total_training_steps=200", "trainer.save_freq=1"), output=logs)
-    deadline = time.monotonic() + 300
-    while not (run_dir / "global_step_1" / "meta.json").exists() and time.monotonic() < deadline:
-        assert process.poll() is None, Path(f"{logs}.err").read_text()
-        time.sleep(0.2)
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout=300)
-    except subprocess.TimeoutExpired:  # show where it hangs (faulthandler), then fail
-        process.send_signal(signal.SIGABRT)
-        process.wait()
-    err = Path(f"{logs}.err").read_text()
-    assert process.returncode == 143, err
+    run_dir, _ = tiny
+    code, err = _signal_after_first_checkpoint(tiny, signal.SIGTERM)
+    assert code == 143, err
     assert "Traceback" not in err and "thinkrl: stopped by SIGTERM" in err
     kept = on_disk(run_dir)
     assert kept and all(intact(run_dir / name) for name in kept)

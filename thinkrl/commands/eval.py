@@ -176,12 +176,11 @@ def run_eval(cfg, *, log=print):
                               on_batch=lambda done, total: log(f"  {done}/{total} prompts"))
     finally:
         group.close()
-    settings = {"model": model_path, "data": data.val_files, "template": template,
-                "engine": arr.rollout.name, "n": sampling.n, "temperature": sampling.temperature,
-                "top_p": sampling.top_p, "top_k": sampling.top_k, "do_sample": sampling.do_sample,
-                "max_new_tokens": sampling.max_tokens, "batch_size": batch_size,
-                "seed": cfg.trainer.seed, "device": str(group.rank.device)}
-    return result, settings
+    return result, {"model": model_path, "data": data.val_files, "template": template,
+                    "engine": arr.rollout.name, "n": sampling.n, "temperature": sampling.temperature,
+                    "top_p": sampling.top_p, "top_k": sampling.top_k, "do_sample": sampling.do_sample,
+                    "max_new_tokens": sampling.max_tokens, "batch_size": batch_size,
+                    "seed": cfg.trainer.seed, "device": str(group.rank.device)}
 
 
 def fit_response_length(cfg, sizes, config, *, longest: int, model_path: str, log=print):
