@@ -63,7 +63,7 @@ class FakeTokenizer:
 
 
 class FakeReward:
-    def score(self, texts, samples) -> ScoreResult:
+    def score(self, texts, samples, give_up=None) -> ScoreResult:
         scores = [1.0 if s.index % 2 == 0 else float(t == "0") for t, s in zip(texts, samples)]
         return ScoreResult(torch.tensor(scores), errors=0, timeouts=0, parts=[{} for _ in texts])
 
@@ -79,7 +79,7 @@ def _run(*, train: int, gen: int, max_batches: int = 0, overlong: bool = False) 
         buffer.enable, buffer.len, buffer.penalty_factor, buffer.log = True, 2, 1.0, True
     return SimpleNamespace(cfg=cfg, train_loader=FakeLoader(generation_batch_size(cfg)), engine=FakeEngine(),
                            sampling=SamplingParams(n=N_PER_PROMPT), tokenizer=FakeTokenizer(), reward=FakeReward(),
-                           sizes=SimpleNamespace(response_length=4))
+                           sizes=SimpleNamespace(response_length=4), reward_breaker=None)
 
 
 def test_constant_groups_are_dropped_and_more_batches_generated():

@@ -132,9 +132,12 @@ def _draw(run: Run, timer: StageTimer) -> tuple[PromptBatch, ScoredRollouts]:
     prompts = run.train_loader.next_batch()
     with timer("gen"):
         rollouts = run.engine.generate(prompts, run.sampling)
+    # Scoring stops once the failure breaker is certain to stop the run.
+    give_up = (None if run.reward_breaker is None else
+               functools.partial(run.reward_breaker.certain, responses=len(rollouts)))
     with timer("reward"):
         texts = decode_responses(rollouts, run.tokenizer)
-        scored = run.reward.score(texts, rollouts.samples)
+        scored = run.reward.score(texts, rollouts.samples, give_up=give_up)
     raw_scores = scored.scores
     scored.scores = raw_scores + _penalty(run, rollouts)
     buffer = run.cfg.reward_model.overlong_buffer
@@ -166,7 +169,8 @@ def _select(part: ScoredRollouts, rows: Tensor) -> ScoredRollouts:
                         r.rollout_logprobs[rows], [r.finish_reasons[i] for i in picks], r.group_ids[rows],
                         [r.samples[i] for i in picks],
                         None if r.model_inputs is None else r.model_inputs.select(rows))
-    scored = ScoreResult(s.scores[rows], s.errors, s.timeouts, [s.parts[i] for i in picks] if s.parts else [])
+    scored = ScoreResult(s.scores[rows], s.errors, s.timeouts, [s.parts[i] for i in picks] if s.parts else [],
+                         s.unscored)
     baselines = None if part.reward_baselines is None else part.reward_baselines[rows]
     return ScoredRollouts(rollouts, [part.texts[i] for i in picks], scored, part.raw_scores[rows],
                           dict(part.metrics), baselines)
@@ -206,7 +210,7 @@ def _concat(parts: list[ScoredRollouts], *, pad_token_id: int) -> ScoredRollouts
                         _concat_images([p.rollouts for p in parts], width_p))
     scored = ScoreResult(torch.cat([p.scored.scores for p in parts]),
                          sum(p.scored.errors for p in parts), sum(p.scored.timeouts for p in parts),
-                         [x for p in parts for x in p.scored.parts])
+                         [x for p in parts for x in p.scored.parts], sum(p.scored.unscored for p in parts))
     baselines = None if parts[0].reward_baselines is None else torch.cat([p.reward_baselines for p in parts])
     return ScoredRollouts(rollouts, [t for p in parts for t in p.texts], scored,
                           torch.cat([p.raw_scores for p in parts]), {}, baselines)

@@ -75,27 +75,41 @@ class FailureBreaker:
         if window_steps < 1:
             raise ValueError(f"reward.failure_window_steps={window_steps}: use a step count >= 1")
         self.max_failure_rate = max_failure_rate
-        self.window: deque[tuple[int, int, int]] = deque(maxlen=window_steps)
-        """(errors, timeouts, responses) of the last steps."""
+        self.window: deque[tuple[int, int, int, int]] = deque(maxlen=window_steps)
+        """(errors, timeouts, unscored, responses) of the last steps."""
 
     @classmethod
     def from_config(cls, reward) -> "FailureBreaker":
         return cls(reward.max_failure_rate, reward.failure_window_steps)
 
+    def certain(self, failures: int, *, responses: int) -> bool:
+        """Whether this step's `update` will stop the run once `failures` of
+        its `responses` failed, however the others score: scoring can stop
+        there (a scorer that hangs on every response would otherwise cost
+        the whole step at reward.timeout_s each)."""
+        kept = list(self.window)[-(self.window.maxlen - 1):] if self.window.maxlen > 1 else []
+        failed = failures + sum(e + t + u for e, t, u, _ in kept)
+        total = responses + sum(n for *_, n in kept)
+        return total > 0 and failed / total > self.max_failure_rate
+
     def update(self, *, errors: int, timeouts: int, responses: int, step: int,
-               first_error: str | None, run_dir: Path) -> None:
-        self.window.append((errors, timeouts, responses))
-        failed = sum(e + t for e, t, _ in self.window)
-        total = sum(n for _, _, n in self.window)
+               first_error: str | None, run_dir: Path, unscored: int = 0) -> None:
+        """`unscored`: responses left unscored once `certain` said the run was
+        lost; they count as failed."""
+        self.window.append((errors, timeouts, unscored, responses))
+        failed = sum(e + t + u for e, t, u, _ in self.window)
+        total = sum(n for *_, n in self.window)
         if total == 0 or failed / total <= self.max_failure_rate:
             return
 
         span = f"the last {len(self.window)} steps" if len(self.window) > 1 else "this step"
+        left = sum(u for _, _, u, _ in self.window)
+        left = f", {left} left unscored once the limit was certain to be passed" if left else ""
         raise RunStopped(
             f"step {step}: the reward function failed on {failed} of {total} responses "
             f"({100 * failed / total:.0f} %) over {span} "
-            f"(reward/errors {sum(e for e, _, _ in self.window)}, reward/timeouts "
-            f"{sum(t for _, t, _ in self.window)}), more than reward.max_failure_rate="
+            f"(reward/errors {sum(e for e, *_ in self.window)}, reward/timeouts "
+            f"{sum(t for _, t, *_ in self.window)}{left}), more than reward.max_failure_rate="
             f"{self.max_failure_rate:g}. First error: {first_error or 'not recorded'}. The run "
             f"stopped before this step's update. {kept_on_disk(run_dir)} Fix the reward function "
             "(or raise reward.timeout_s, or reward.max_failure_rate to go on regardless).")

@@ -249,7 +249,7 @@ def check_reward_failures(run: Run, scored, *, step: int) -> None:
     """reward.max_failure_rate: RunStopped when most responses fail to score."""
     if run.reward_breaker is not None:
         run.reward_breaker.update(errors=scored.errors, timeouts=scored.timeouts,
-                                  responses=len(scored.scores), step=step,
+                                  unscored=scored.unscored, responses=len(scored.scores), step=step,
                                   first_error=run.reward.first_error, run_dir=run.run_dir)
 
 

@@ -69,7 +69,7 @@ def test_what_reward_workers_receive_holds_no_tensor(monkeypatch, asset_cache, t
 
     sent = []
 
-    def capture(self, tasks):
+    def capture(self, tasks, **kwargs):
         sent.extend(tasks)
         raise _Sent
     monkeypatch.setattr(ScoringPool, "run", capture)

@@ -55,7 +55,8 @@ def test_reward_file_hanging_at_import_stops_the_doctor_too(tiny, tmp_path, caps
 
 def test_reward_hangs_on_every_response(tiny, tmp_path, capsys):
     """Case: the reward function hangs on every response.
-    Behaviour: each response stopped at reward.timeout_s; the breaker stops the run after step 1 (exit 1).
+    Behaviour: each response stopped at reward.timeout_s until the failures make the breaker certain (9 of
+    16 at rate 0.5), the rest left unscored (before: every response waited out); the run stops after step 1 (exit 1).
     Kept: no checkpoint and no metrics of the failed step: nothing was trained on timed-out scores."""
     run_dir, argv = tiny
     path = _reward(tmp_path, "import time\n" + SCORE + "    time.sleep(1e9)\n")
@@ -63,20 +64,23 @@ def test_reward_hangs_on_every_response(tiny, tmp_path, capsys):
                      "trainer.total_training_steps=5", "trainer.save_freq=1")) == 1
     err = capsys.readouterr().err
     assert "step 1: the reward function failed on 16 of 16 responses (100 %)" in err
-    assert "reward/timeouts 16" in err and "took longer than reward.timeout_s=0.5 s" in err
+    assert "left unscored once the limit was certain to be passed" in err
+    assert "took longer than reward.timeout_s=0.5 s" in err
     assert "No checkpoint was saved" in err  # the resume line
     assert on_disk(run_dir) == [] and steps_logged(run_dir) == []
 
 
 def test_reward_raises_on_every_response(tiny, tmp_path, capsys):
     """Case: the reward function raises on every response.
-    Behaviour: stops after step 1 (exit 1) naming the first error and its row (before: exit 0, val acc 0).
+    Behaviour: stops after step 1 (exit 1) naming the first error and its row (before: exit 0, val acc 0);
+    scoring stops at the 9th error of 16, when the limit is certain to be passed.
     Kept: the checkpoints saved before; nothing trained on failed scores."""
     run_dir, argv = tiny
     path = _reward(tmp_path, SCORE + "    raise KeyError('answer')\n")
     assert main(argv(f"custom_reward_function.path={path}", "reward.num_workers=0",
                      "trainer.total_training_steps=5", "trainer.save_freq=1")) == 1
     err = capsys.readouterr().err
-    assert "failed on 16 of 16 responses" in err and "reward/errors 16" in err
+    assert "failed on 16 of 16 responses" in err and "reward/errors 9" in err
+    assert "7 left unscored once the limit was certain to be passed" in err
     assert "First error: data_source thinkrl/arith, row" in err and "KeyError: 'answer'" in err
     assert on_disk(run_dir) == [] and steps_logged(run_dir) == []

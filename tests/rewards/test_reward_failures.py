@@ -96,3 +96,46 @@ def test_zero_reward_warning_leads_with_the_failures(caplog):
         assert watch.update(torch.zeros(32), failures=32)
     message = caplog.records[0].getMessage()
     assert "FAILED on 32 of the 32 responses" in message and "template" not in message
+
+
+def test_the_breaker_is_certain_before_the_step_ends(tmp_path):
+    # rate 0.5 over 3 steps; step 1 had 2 failures of 8, step 2 none of 8. The next step's
+    # update sees steps 1, 2 and itself: with 8 responses, 24 in all, it stops past 12 failures,
+    # so 10 failures of this step (2 + 0 + 10 = 12) are not yet certain and 11 (13 > 12) are.
+    breaker = FailureBreaker(0.5, window_steps=3)
+    kwargs = dict(first_error=None, run_dir=tmp_path)
+    breaker.update(errors=2, timeouts=0, responses=8, step=1, **kwargs)
+    breaker.update(errors=0, timeouts=0, responses=8, step=2, **kwargs)
+    assert not breaker.certain(10, responses=8) and breaker.certain(11, responses=8)
+    # after step 3 the window drops step 1 for step 4: 0 + 0 + f of 24, certain past 12
+    breaker.update(errors=0, timeouts=0, responses=8, step=3, **kwargs)
+    assert not breaker.certain(12, responses=8) and breaker.certain(13, responses=8)
+    assert not FailureBreaker(1.0, 3).certain(8, responses=8)  # 1.0 never stops
+
+
+HANGS_ON_EVERY_CALL = '''
+import time
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    time.sleep(1e9)
+'''
+
+
+def test_scoring_stops_once_the_breaker_is_certain(tmp_path):
+    # 16 responses on 2 workers, each hanging until reward.timeout_s: scoring them all costs
+    # 8 timeouts in a row per worker; with rate 0.5 the run is lost after 9 failures, and
+    # the rest are left unscored (counted as timeouts).
+    path = tmp_path / "hangs.py"
+    path.write_text(textwrap.dedent(HANGS_ON_EVERY_CALL))
+    breaker = FailureBreaker(0.5, window_steps=3)
+    samples = [Sample(data_source="my/data", ground_truth="4", prompt_text="q", index=i) for i in range(16)]
+    with RewardScorer(RewardFnSpec(custom_path=str(path)), num_workers=2, timeout_s=0.5) as scorer:
+        scorer.start()
+        result = scorer.score(["a"] * 16, samples,
+                              give_up=lambda failures: breaker.certain(failures, responses=16))
+        waited_out = scorer.pool.restarts  # each timeout replaced its worker
+    assert result.timeouts + result.unscored == 16 and result.unscored >= 6 and result.errors == 0
+    assert 9 <= waited_out <= 10, waited_out  # not 16: the run was lost after 9
+    with pytest.raises(RunStopped):
+        breaker.update(errors=result.errors, timeouts=result.timeouts, unscored=result.unscored,
+                       responses=16, step=1, first_error=scorer.first_error, run_dir=tmp_path)

@@ -76,7 +76,7 @@ def _samples(n, source="my/data", truth="4"):
 def _record_reports(pool, monkeypatch):
     """The PoolReports `pool.run` returns from now on (they say which rows)."""
     reports, run = [], pool.run
-    monkeypatch.setattr(pool, "run", lambda tasks: reports.append(run(tasks)) or reports[-1])
+    monkeypatch.setattr(pool, "run", lambda tasks, **kw: reports.append(run(tasks, **kw)) or reports[-1])
     return reports
 
 

@@ -26,6 +26,7 @@ import multiprocessing as mp
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Callable
 from multiprocessing.connection import Connection, wait
 
 from thinkrl.rewards.reward_fn import Outcome, RewardFnSpec, Task
@@ -76,6 +77,8 @@ class PoolReport:
     timed_out: list[Task]
     died: list[Task]
     """Tasks whose worker process died (crashed, not killed by us) while on them."""
+    abandoned: list[Task] = field(default_factory=list)
+    """Tasks not scored because `give_up` said the batch was lost (its workers stopped)."""
 
 
 class ScoringPool:
@@ -142,8 +145,10 @@ class ScoringPool:
         child_end.close()
         return _Worker(process, parent_end, deadline=time.monotonic() + self.start_timeout_s)
 
-    def run(self, tasks: list[Task]) -> PoolReport:
-        """Score every task; returns when each has an outcome, timed out or died."""
+    def run(self, tasks: list[Task], *, give_up: Callable[[int], bool] | None = None) -> PoolReport:
+        """Score every task; returns when each has an outcome, timed out or
+        died, or as soon as `give_up(failures so far)` is true (the rest are
+        abandoned and the workers stopped: fresh ones start next time)."""
         self.start()
         size = max(1, min(_MAX_CHUNK, math.ceil(len(tasks) / (self.num_workers * _CHUNKS_PER_WORKER))))
         pending = deque(tasks[i:i + size] for i in range(0, len(tasks), size))
@@ -154,6 +159,12 @@ class ScoringPool:
             while pending or any(w.queue for w in self._workers):
                 self._dispatch(pending)
                 self._wait_once(pending, outcomes, timed_out, died)
+                failures = len(timed_out) + len(died) + sum(o.error is not None for o in outcomes.values())
+                if give_up is not None and failures and give_up(failures):
+                    self.close()  # answers still in flight would be read as the next batch's
+                    ended = {t.position for t in timed_out + died} | set(outcomes)
+                    return PoolReport(outcomes, timed_out, died,
+                                      [t for t in tasks if t.position not in ended])
         except BaseException:  # Ctrl-C or failing replacements: answers still in flight
             self.close()  # would be read as the next batch's; fresh workers start next time
             raise

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import torch
 from torch import Tensor
@@ -42,6 +42,9 @@ class ScoreResult:
     parts: list[dict[str, float]] = field(default_factory=list)
     """[N] named parts a scorer reported beside its score (r1: format, accuracy);
     empty dicts when it reported none."""
+    unscored: int = 0
+    """Responses not scored because the failures before them already lost the
+    run (`score`'s give_up): the failure breaker counts them as failed."""
 
     def metrics(self) -> dict[str, float]:
         """`reward/errors`, `reward/timeouts`, and `reward/<part>/mean` over
@@ -113,22 +116,35 @@ class RewardScorer:
         if self._pool is not None:
             self._pool.start()
 
-    def score(self, texts: list[str], samples: list[Sample]) -> ScoreResult:
+    def score(self, texts: list[str], samples: list[Sample], *,
+              give_up: Callable[[int], bool] | None = None) -> ScoreResult:
         """One score per response; failures score 0 and are counted, and the
-        first failure of each kind is logged with its row and response."""
+        first failure of each kind is logged with its row and response.
+        `give_up(failures so far)`: stop scoring as soon as it is true (the
+        failure breaker is then certain to stop the run); the responses left
+        unscored are counted in `unscored`."""
         if len(texts) != len(samples):
             raise ValueError(f"{len(texts)} responses but {len(samples)} samples: they must line up")
         tasks = [Task(i, text, s.data_source, s.ground_truth, s.extra_info, s.index)
                  for i, (text, s) in enumerate(zip(texts, samples))]
         timed_out: list[Task] = []
         if self._pool is None:
-            outcomes = {t.position: score_one(self._function, t) for t in tasks}
+            outcomes, failures = {}, 0
+            for task in tasks:
+                outcomes[task.position] = outcome = score_one(self._function, task)
+                failures += outcome.error is not None
+                if give_up is not None and failures and give_up(failures):
+                    break
         else:
-            report = self._pool.run(tasks)
+            report = self._pool.run(tasks, give_up=give_up)
             outcomes, timed_out = dict(report.outcomes), report.timed_out
             for task in report.died:
                 outcomes[task.position] = Outcome(0.0, {}, "WorkerDied: the reward worker process "
                                                            "exited while scoring this response")
+        abandoned = len(tasks) - len(outcomes) - len(timed_out)
+        if abandoned:
+            log.warning("reward: %d of %d responses left unscored: the failures so far already exceed "
+                        "reward.max_failure_rate", abandoned, len(tasks))
         for task in timed_out:
             self._report_once("timeout", task, f"took longer than reward.timeout_s="
                               f"{self._pool.timeout_s:g} s and was stopped; counted in reward/timeouts")
@@ -143,7 +159,7 @@ class RewardScorer:
         ordered = [outcomes.get(t.position) for t in tasks]
         return ScoreResult(
             scores=torch.tensor([o.score if o else 0.0 for o in ordered], dtype=torch.float32),
-            errors=errors, timeouts=len(timed_out),
+            errors=errors, timeouts=len(timed_out), unscored=abandoned,
             parts=[dict(o.parts) if o else {} for o in ordered])
 
     def _report_once(self, kind: str, task: Task, what: str) -> None:
