@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from thinkrl.config.schema import RewardConfig
-from thinkrl.rewards import math as math_answer
+import thinkrl.rewards.math as math_answer
 
 _TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 

@@ -15,9 +15,12 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import thinkrl.rewards.exact as exact
+import thinkrl.rewards.geo3k as geo3k
+import thinkrl.rewards.gsm8k as gsm8k
+import thinkrl.rewards.math as math_answer
+import thinkrl.rewards.r1 as r1
 from thinkrl.config.schema import RewardConfig
-from thinkrl.rewards import exact, geo3k, gsm8k, r1
-from thinkrl.rewards import math as math_answer
 
 Scorer = Callable[[str, str, dict | None], "float | dict[str, float]"]
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from thinkrl.data.prep import competition_math
+import thinkrl.data.prep.competition_math as competition_math
 from thinkrl.data.prep.generic import FieldNames
 from thinkrl.data.prep.examples import Example
 from thinkrl.data.prep.reading import InputRecord, read_records, text_field
