@@ -1,7 +1,7 @@
 """Peak host memory of each rank while a model is built and sharded over 2
 CPU ranks (gloo, FSDP2): every rank reading the whole model (the build
 before issue 23), against rank 0 reading it and broadcasting the shards
-(`thinkrl.parallel.fsdp.load_sharded`, what the ray backend does now).
+(`thinkrl.parallel.fsdp.build_model`, what the ray backend does now).
 
     python bench/sharded_build_memory.py [--layers 12 --hidden 768]
 
@@ -49,9 +49,9 @@ def _rank(rank: int, store: str, folder: str, way: str, out) -> None:
         model = load_causal_lm(folder, dtype=torch.float32, device=cpu)
         shard(model)
     else:
-        model = fsdp.load_sharded(lambda: load_causal_lm(folder, dtype=torch.float32, device=cpu),
-                                  lambda: causal_lm_skeleton(folder, dtype=torch.float32),
-                                  shard=shard, device=cpu)
+        model = fsdp.build_model(lambda: load_causal_lm(folder, dtype=torch.float32, device=cpu),
+                                 lambda: causal_lm_skeleton(folder, dtype=torch.float32),
+                                 prepare=lambda _: None, shard=shard, device=cpu)
     seconds = time.perf_counter() - start
     local = sum(p.to_local().numel() for p in model.parameters())
     checksum = float(sum(p.detach().to_local().double().sum() for p in model.parameters()))

@@ -105,7 +105,7 @@ def test_disk_full_is_recognised_in_any_form(tmp_path, monkeypatch):
                               "PytorchStreamWriter failed writing file data/0: file write failed")
     assert not is_disk_full(torch_save) and not is_disk_full(torch_save, folder=tmp_path)
     assert is_failed_write(torch_save)
-    monkeypatch.setattr(errors, "_free_bytes", lambda folder: 1 << 20)
+    monkeypatch.setattr(errors, "free_bytes", lambda folder: 1 << 20)
     assert is_disk_full(torch_save, folder=tmp_path)
     wrapped = RuntimeError("save failed")
     wrapped.__cause__ = OSError(errno.EDQUOT, "Disk quota exceeded")

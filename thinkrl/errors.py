@@ -63,7 +63,7 @@ def is_disk_full(error: BaseException, *, folder: Path | None = None) -> bool:
         if any(text in str(seen) for text in _DISK_FULL_TEXT):
             return True
         if _WRITE_FAILED_TEXT in str(seen) and folder is not None:
-            return _free_bytes(folder) < NEARLY_FULL_BYTES
+            return free_bytes(folder) < NEARLY_FULL_BYTES
         seen = seen.__cause__ or seen.__context__
     return False
 
@@ -81,7 +81,8 @@ def is_failed_write(error: BaseException) -> bool:
     return False
 
 
-def _free_bytes(folder: Path) -> int:
+def free_bytes(folder: Path) -> int:
+    """Free space on the disk of `folder` (its nearest existing parent); 0 when unreadable."""
     import shutil
 
     while not folder.exists() and folder != folder.parent:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import shlex
-import shutil
 import signal
 import sys
 import tempfile
@@ -33,7 +32,7 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
-from thinkrl.errors import (DiskFull, RunStopped, SetupError, WorkerFailed, is_disk_full,
+from thinkrl.errors import (DiskFull, RunStopped, SetupError, WorkerFailed, free_bytes, is_disk_full,
                             is_failed_write)
 
 _PACKAGE = Path(__file__).resolve().parent
@@ -140,10 +139,8 @@ def _written_in(error: BaseException, run_dir: Path | None) -> Path | None:
 def disk_full_message(error: BaseException, *, folder: Path | None = None,
                       needed: int | None = None) -> str:
     """The folder, its free space, and the space needed (when known)."""
-    filename = getattr(error, "filename", None)
-    if folder is None:
-        folder = Path(filename).parent if filename else Path.cwd()
-    free = _free_bytes(folder)
+    folder = folder or _written_in(error, Path.cwd())
+    free = free_bytes(folder)
     need = (f"; it needs about {_size(needed)} more there" if needed else
             "; it needs at least a few MB there to go on")
     return (f"writing in {folder} failed ({type(error).__name__}: {str(error)[:200]}): "
@@ -197,12 +194,6 @@ def resume_argv(argv: list[str]) -> list[str]:
     if not any(a == "--config" or a.startswith("--config=") or "=" in a for a in keep[1:]):
         keep = [keep[0], "--config", "tiny", *keep[1:]]
     return [*keep, "trainer.resume_mode=auto"]
-
-
-def _free_bytes(folder: Path) -> int:
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    return shutil.disk_usage(folder).free
 
 
 def _size(n: int) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -144,15 +145,36 @@ def batched_response_logprobs(model: torch.nn.Module, input_ids: Tensor, attenti
                               model_inputs: ModelInputs | None = None,
                               remove_padding: bool = False, fused_head: bool = False,
                               max_tokens: int | None = None) -> Tensor:
-    """`response_logprobs` without gradient, `micro_batch_size` rows at a time
-    (or, with `max_tokens`, as many rows as fit that many tokens:
-    `micro_batch_rows`). CPU tensors in, CPU [N, R] out. With several ranks
-    a collective: every rank calls it, also one with no rows (its passes are
-    idle ones, up to the largest count of any rank)."""
+    """`response_logprobs` without gradient, through `in_micro_batches`. CPU
+    tensors in, CPU [N, R] out."""
     device = device or next(model.parameters()).device  # offloaded shards: the compute device
+
+    def logprobs(rows: slice) -> Tensor:
+        out, _ = response_logprobs(
+            model, input_ids[rows].to(device), attention_mask[rows].to(device),
+            position_ids[rows].to(device), response_length=response_length,
+            temperature=temperature, remove_padding=remove_padding, fused_head=fused_head,
+            model_inputs=None if model_inputs is None else model_inputs.select(rows))
+        return out
+
+    return in_micro_batches(model, logprobs, attention_mask, micro_batch_size=micro_batch_size,
+                            max_tokens=max_tokens, width=response_length, device=device,
+                            autocast=autocast)
+
+
+@torch.no_grad()
+def in_micro_batches(model: torch.nn.Module, compute: Callable[[slice], Tensor], attention_mask: Tensor,
+                     *, micro_batch_size: int, max_tokens: int | None, width: int,
+                     device: torch.device, autocast=contextlib.nullcontext) -> Tensor:
+    """A no-grad pass of `model` (in eval mode) over N rows, `micro_batch_size`
+    rows at a time (or, with `max_tokens`, as many rows as fit that many
+    tokens: `micro_batch_rows`): `compute(rows)` gives [n, width] for each
+    micro-batch; [N, width] float32 on the CPU out. With several ranks a
+    collective: every rank calls it, also one with no rows (its passes are
+    idle ones, up to the largest count of any rank)."""
     was_training = model.training
     model.eval()
-    chunks = [torch.zeros(0, response_length)]
+    chunks = [torch.zeros(0, width)]
     try:
         cuts = micro_batch_rows(attention_mask.sum(-1), micro_batch_size=micro_batch_size,
                                 max_tokens=max_tokens)
@@ -161,12 +183,8 @@ def batched_response_logprobs(model: torch.nn.Module, input_ids: Tensor, attenti
                 if rows is None:  # another rank has more micro-batches: join its collectives
                     idle_pass(model, device=device)
                     continue
-                logprobs, _ = response_logprobs(
-                    model, input_ids[rows].to(device), attention_mask[rows].to(device),
-                    position_ids[rows].to(device), response_length=response_length,
-                    temperature=temperature, remove_padding=remove_padding, fused_head=fused_head,
-                    model_inputs=None if model_inputs is None else model_inputs.select(rows))
-            chunks.append(logprobs.float().cpu())
+                out = compute(rows)
+            chunks.append(out.float().cpu())
     finally:
         model.train(was_training)
     return torch.cat(chunks)

@@ -133,7 +133,7 @@ def causal_lm_skeleton(path: str, *, dtype: torch.dtype, trust_remote_code: bool
                        gradient_checkpointing: bool = False) -> torch.nn.Module:
     """The architecture `load_causal_lm` would load from `path`, on the meta
     device: no weights are read and no memory is taken (the ranks of a
-    sharded model other than rank 0 start from it: `thinkrl.parallel.fsdp.load_sharded`)."""
+    sharded model other than rank 0 start from it: `thinkrl.parallel.fsdp.build_model`)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
     from thinkrl.models.vision import is_vision_model

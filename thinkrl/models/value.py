@@ -70,7 +70,7 @@ def value_model_skeleton(path: str, *, dtype: torch.dtype, trust_remote_code: bo
                          override_config: dict | None = None,
                          gradient_checkpointing: bool = False) -> torch.nn.Module:
     """The architecture `load_value_model` builds, on the meta device (no
-    weights read, no memory: `thinkrl.parallel.fsdp.load_sharded`)."""
+    weights read, no memory: `thinkrl.parallel.fsdp.build_model`)."""
     from transformers import AutoModelForTokenClassification
 
     config = value_config(path, trust_remote_code=trust_remote_code, override_config=override_config)

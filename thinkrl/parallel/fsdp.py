@@ -69,28 +69,35 @@ def parallelize(model: nn.Module, *, compute_dtype: torch.dtype, param_offload: 
     return model
 
 
-def load_sharded(load: Callable[[], nn.Module], skeleton: Callable[[], nn.Module], *,
-                 shard: Callable[[nn.Module], None], device: torch.device) -> nn.Module:
-    """A model sharded over the default process group that only rank 0 read
-    from disk: rank 0 calls `load()` (the whole model), every other rank
-    `skeleton()` (the same architecture on the meta device: no memory); all
-    ranks `shard` it (FSDP2), the others then allocate their shards on
-    `device`, and rank 0 broadcasts every tensor, each rank keeping its shard
-    (PyTorch's full-state-dict load with `broadcast_from_rank0`). Buffers
-    outside the state dict (rotary tables) are broadcast whole. A node's host
-    memory holds one copy of the model (rank 0's) plus the shards, instead
-    of one copy per rank. Every rank must call it."""
+def build_model(load: Callable[[], nn.Module], skeleton: Callable[[], nn.Module], *,
+                prepare: Callable[[nn.Module], None], shard: Callable[[nn.Module], None],
+                device: torch.device, param_offload: bool = False) -> nn.Module:
+    """A rank's model: on one process `load()` then `prepare` it. Over several
+    ranks (every rank calls it), only rank 0 reads from disk: rank 0 calls
+    `load()` (the whole model), every other rank `skeleton()` (the same
+    architecture on the meta device: no memory); all ranks `prepare` and
+    `shard` it (FSDP2), the others then allocate their shards (on `device`, or
+    the host with `param_offload`), and rank 0 broadcasts every tensor, each
+    rank keeping its shard (PyTorch's full-state-dict load with
+    `broadcast_from_rank0`). Buffers outside the state dict (rotary tables)
+    are broadcast whole. A node's host memory holds one copy of the model
+    (rank 0's) plus the shards, instead of one copy per rank."""
     import torch.distributed as dist
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        model = load()
+        prepare(model)
+        return model
     first = dist.get_rank() == 0
     model = load() if first else skeleton()
-    # Rank 0's whole tensors, held past sharding (fully_shard keeps only its slice).
-    full = dict(model.state_dict()) if first else {}
-    saved = set(model.state_dict())
+    state = model.state_dict()
+    saved = set(state)
+    full = dict(state) if first else {}  # rank 0's whole tensors, held past sharding
+    prepare(model)
     shard(model)
     if not first:
-        model.to_empty(device=device)
+        model.to_empty(device=torch.device("cpu") if param_offload else device)
     for name, buffer in model.named_buffers():
         if name not in saved:  # not persistent: computed at init, garbage after to_empty
             dist.broadcast(buffer, src=0)

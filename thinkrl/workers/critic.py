@@ -25,9 +25,8 @@ from thinkrl.algos.losses import LossScale
 from thinkrl.checkpoint.sharded import CRITIC_FILES, is_sharded_checkpoint
 from thinkrl.config.critic_checks import CriticSizes
 from thinkrl.config.schema import CriticConfig
-from thinkrl.models.forward import idle_pass
+from thinkrl.models.forward import in_micro_batches
 from thinkrl.models.loading import check_model_fits
-from thinkrl.models.micro_batches import agreed_micro_batches, micro_batch_rows
 from thinkrl.models.value import load_value_model, response_values, value_model_skeleton
 from thinkrl.parallel import fsdp
 from thinkrl.records import CriticBatch
@@ -54,33 +53,21 @@ class CriticWorker:
                                device=self.device, autocast=autocast)
         self.model.train()
 
-    @torch.no_grad()
     def compute_values(self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor,
                        *, response_length: int) -> Tensor:
-        """V_t of every response token [N, R] on the CPU, `forward_micro_batch_size` rows at a time.
-        Padding tokens get whatever the head says there; callers mask them (verl zeroes them).
-        With several ranks a collective: every rank calls it (idle passes up to the largest count)."""
-        was_training = self.model.training
-        self.model.eval()
-        chunks = [torch.zeros(0, response_length)]
-        cuts = micro_batch_rows(attention_mask.sum(-1),
+        """V_t of every response token [N, R] on the CPU, `forward_micro_batch_size` rows at a
+        time (`in_micro_batches`: a collective with several ranks). Padding tokens get whatever
+        the head says there; callers mask them (verl zeroes them)."""
+        dev = self.device
+
+        def values(rows: slice) -> Tensor:
+            return response_values(self.model, input_ids[rows].to(dev), attention_mask[rows].to(dev),
+                                   position_ids[rows].to(dev), response_length=response_length)
+
+        return in_micro_batches(self.model, values, attention_mask,
                                 micro_batch_size=self.sizes.forward_micro_batch_size_per_device,
-                                max_tokens=self.forward_max_tokens)
-        try:
-            for rows in agreed_micro_batches(cuts, device=self.device):
-                if rows is None:  # another rank has more micro-batches: join its collectives
-                    with self.autocast():
-                        idle_pass(self.model, device=self.device)
-                    continue
-                with self.autocast():
-                    values = response_values(self.model, input_ids[rows].to(self.device),
-                                             attention_mask[rows].to(self.device),
-                                             position_ids[rows].to(self.device),
-                                             response_length=response_length)
-                chunks.append(values.float().cpu())
-        finally:
-            self.model.train(was_training)
-        return torch.cat(chunks)
+                                max_tokens=self.forward_max_tokens, width=response_length, device=dev,
+                                autocast=self.autocast)
 
     def update_on(self, minis: list[MiniBatch]) -> dict[str, float]:
         """This rank's share of each planned mini-batch. Metrics are the mean over
@@ -134,16 +121,13 @@ def build_critic(spec, *, device: torch.device, autocast: Callable[[], ContextMa
     def load() -> torch.nn.Module:
         return load_value_model(path, device=device, seed=cfg.trainer.seed, **options)
 
-    def shard(model: torch.nn.Module) -> None:
-        check_model_fits(model, spec.tokenizer_size, spec.sizes, model_path=path)
-        fsdp.parallelize(model, compute_dtype=compute_dtype, param_offload=param_offload)
-
-    if spec.world_size == 1:
-        model = load()
-        check_model_fits(model, spec.tokenizer_size, spec.sizes, model_path=path)
-    else:  # rank 0 reads the weights (and draws the fresh head), the others receive their shards
-        model = fsdp.load_sharded(load, lambda: value_model_skeleton(path, **options), shard=shard,
-                                  device=torch.device("cpu") if param_offload else device)
+    # Over several ranks rank 0 reads the weights (and draws the fresh head), the others
+    # receive their shards.
+    model = fsdp.build_model(
+        load, lambda: value_model_skeleton(path, **options),
+        prepare=lambda m: check_model_fits(m, spec.tokenizer_size, spec.sizes, model_path=path),
+        shard=lambda m: fsdp.parallelize(m, compute_dtype=compute_dtype, param_offload=param_offload),
+        device=device, param_offload=param_offload)
     return CriticWorker(model, critic, spec.sizes.critic, total_steps=spec.total_steps,
                         response_length=spec.sizes.response_length,
                         autocast=autocast, device=device)

@@ -183,20 +183,13 @@ class PolicyRank:
         def load() -> torch.nn.Module:
             return load_causal_lm(spec.model_path, dtype=weights_dtype, device=self.device, **options)
 
-        if spec.world_size == 1:
-            model = load()
-            prepare(model)
-            return model
-
         def shard(model: torch.nn.Module) -> None:
-            prepare(model)
             fsdp.parallelize(model, compute_dtype=dtype, param_offload=param_offload,
                              whole=unsplit_modules(model, model_cfg))
 
-        return fsdp.load_sharded(
+        return fsdp.build_model(
             load, lambda: causal_lm_skeleton(spec.model_path, dtype=weights_dtype, **options),
-            # offloaded shards live on the host (FSDP2's CPUOffloadPolicy)
-            shard=shard, device=torch.device("cpu") if param_offload else self.device)
+            prepare=prepare, shard=shard, device=self.device, param_offload=param_offload)
 
     # The stages, as the driver calls them (through a handle under Ray).
     def generate(self, prompts: PromptBatch, params: SamplingParams) -> Rollouts:
