@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 from thinkrl.build import build_run
-from thinkrl.checkpoint.state import Progress, load_checkpoint, save_checkpoint
+from thinkrl.checkpoint.state import load_checkpoint, save_checkpoint
+from thinkrl.run import Progress
 from thinkrl.commands.common import recipe_path
 from thinkrl.config import load_config
 from thinkrl.trainer import train_step
@@ -50,12 +51,12 @@ def main(argv: list[str] | None = None) -> int:
                 start = time.perf_counter()
                 load_checkpoint(run, folder, log=quiet)
                 loads.append(time.perf_counter() - start)
-            params = sum(p.numel() for p in run.actor.group.rank.actor.model.parameters())
+            params = sum(p.numel() for p in run.roles.actor.group.rank.actor.model.parameters())
             files = {p.relative_to(folder).as_posix(): p.stat().st_size
                      for p in Path(folder).rglob("*") if p.is_file()}
         finally:
             run.close()
-    print(f"model         {run.model_path} ({params / 1e6:.2f}M parameters)")
+    print(f"model         {run.spec.model_path} ({params / 1e6:.2f}M parameters)")
     print(f"save          {statistics.median(saves):.3f} s (median of {args.repeats})")
     print(f"load          {statistics.median(loads):.3f} s (median of {args.repeats})")
     print(f"size          {sum(files.values()) / 2**20:.1f} MiB")

@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as err:  # a user mistake: the message says what to do
             print(f"bench: error: {err}", file=sys.stderr)
             return 2
-        model = run.actor.group.rank.actor.model
+        model = run.roles.actor.group.rank.actor.model
         device = next(model.parameters()).device
         for step in range(args.warmup):
             start = time.perf_counter()
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         run.close()
     peak, peak_kind = peak_memory_bytes(device)
     info = {
-        "model": run.model_path, "parameters": sum(p.numel() for p in model.parameters()),
+        "model": run.spec.model_path, "parameters": sum(p.numel() for p in model.parameters()),
         "device": str(device), "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
         "threads": torch.get_num_threads(), "torch": torch.__version__,
         "transformers": transformers.__version__, "python": platform.python_version(),

@@ -53,7 +53,7 @@ def measure(overrides: list[str], *, warmup: int, steps: int) -> tuple[dict, flo
 
 def round_trip_ms(run, calls: int = 20) -> float:
     """Mean milliseconds of an empty call to every rank and back."""
-    group = run.actor.group
+    group = run.roles.actor.group
     group.call_all("bench", "sharding")
     start = time.perf_counter()
     for _ in range(calls):

@@ -15,23 +15,27 @@ import yaml
 from thinkrl import builtin
 from thinkrl.algos.advantages import build_advantage_estimator
 from thinkrl.algos.kl_control import KLController
-from thinkrl.assets import (generation_batch_size, prompt_set, run_stop_ids, run_tokenizer,
-                            total_training_steps, training_sampling, validation_sampling)
+from thinkrl.algos.rollout_correction import RolloutCorrection
+from thinkrl.assets import (generation_batch_size, prompt_set, run_tokenizer,
+                            total_training_steps, training_sampling, val_batch_size,
+                            validation_sampling)
 from thinkrl.checkpoint.lock import RunLock
 from thinkrl.checkpoint.resume import checkpoint_to_resume
 from thinkrl.checkpoint.state import load_checkpoint
-from thinkrl.config import Config, DerivedSizes, execution_backend, inactive_settings, validate
+from thinkrl.config import Config
+from thinkrl.config.sizes import DerivedSizes
+from thinkrl.config.checks import execution_backend, validate
+from thinkrl.config.inactive import inactive_settings
 from thinkrl.config.loading import config_to_dict
 from thinkrl.data.dataset import PromptLoader
 from thinkrl.data.images import check_image_backend
-from thinkrl.dynamic_sampling import build_sampler
 from thinkrl.metrics import MetricsLog
-from thinkrl.models.loading import load_generation_config
 from thinkrl.parallel.device import synchronizer
 from thinkrl.preflight import check_backend
 from thinkrl.reward_watch import FailureBreaker, ZeroRewardWatch
 from thinkrl.rewards.scorer import RewardScorer
-from thinkrl.run import Roles, Run
+from thinkrl.run import Roles, Run, RunSpec, RunState, StepSettings
+from thinkrl.stages.sampling import Draw, OverlongPenalty, build_sampler
 from thinkrl.workers.group import LocalGroup
 from thinkrl.workers.policy_rank import RankSpec
 
@@ -74,22 +78,28 @@ def _assemble(cfg: Config, sizes: DerivedSizes, *, log=print) -> Run:
                                 shuffle=data.shuffle, seed=data.seed,
                                 pad_token_id=tokenizer.pad_token_id)
     total_steps = total_training_steps(cfg, batches_per_epoch=train_loader.batches_per_epoch)
-    roles = build_roles(_rank_spec(cfg, sizes, model_path, tokenizer, total_steps=total_steps), log=log)
+    with_reference = cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
+    roles = build_roles(RankSpec.of_model(cfg, sizes, model_path, tokenizer, total_steps=total_steps,
+                                          with_reference=with_reference), log=log)
     try:  # the workers hold processes (and devices) until closed
         run_dir = _run_dir(cfg)
         resume_from = checkpoint_to_resume(cfg.trainer, run_dir, log=log)
-        run = Run(cfg=cfg, sizes=sizes, run_dir=run_dir, model_path=model_path,
-                  tokenizer=tokenizer, actor=roles.actor, reference=roles.reference,
-                  engine=roles.engine, train_loader=train_loader, val_prompts=val_prompts,
-                  reward=reward, zero_reward_watch=ZeroRewardWatch(cfg.reward.zero_reward_warn_steps),
-                  sample=build_sampler(cfg), advantage_fn=build_advantage_estimator(cfg.algorithm),
-                  sampling=training_sampling(cfg, max_tokens=sizes.response_length),
-                  val_sampling=validation_sampling(cfg, max_tokens=sizes.response_length),
-                  total_steps=total_steps,
-                  metrics_log=MetricsLog(run_dir, loggers=cfg.trainer.logger, print_fn=log,
-                                         config=config_to_dict(cfg)),
-                  kl_controller=_kl_controller(cfg), sync=roles.sync, close_workers=roles.close,
-                  reward_breaker=FailureBreaker.from_config(cfg.reward), critic=roles.critic)
+        sampling = training_sampling(cfg, max_tokens=sizes.response_length)
+        spec = RunSpec(cfg=cfg, sizes=sizes, run_dir=run_dir, model_path=model_path,
+                       tokenizer=tokenizer, val_prompts=val_prompts, sampling=sampling,
+                       val_sampling=validation_sampling(cfg, max_tokens=sizes.response_length),
+                       val_batch_size=val_batch_size(cfg, len(val_prompts)),
+                       total_steps=total_steps, advantage_fn=build_advantage_estimator(cfg.algorithm),
+                       step=step_settings(cfg, sizes))
+        state = RunState(train_loader=train_loader,
+                         metrics_log=MetricsLog(run_dir, loggers=cfg.trainer.logger, print_fn=log,
+                                                config=config_to_dict(cfg)),
+                         zero_reward_watch=ZeroRewardWatch(cfg.reward.zero_reward_warn_steps),
+                         kl_controller=_kl_controller(cfg),
+                         reward_breaker=FailureBreaker.from_config(cfg.reward))
+        draw = Draw(roles.engine, train_loader, reward, tokenizer, sampling,
+                    overlong=_overlong_penalty(cfg, sizes), breaker=state.reward_breaker)
+        run = Run(spec, roles, state, reward=reward, sample=build_sampler(cfg, draw))
     except BaseException:
         roles.close()
         raise
@@ -99,6 +109,30 @@ def _assemble(cfg: Config, sizes: DerivedSizes, *, log=print) -> Run:
         run.close()
         raise
     return run
+
+
+def step_settings(cfg: Config, sizes: DerivedSizes) -> StepSettings:
+    """What the step's stages read, from the config once."""
+    algo, arr = cfg.algorithm, cfg.actor_rollout_ref
+    off_policy = sizes.optimizer_steps_per_step > 1
+    # An engine with its own weights (vllm), or rollout_is's correction: the
+    # trainer's log-probs of the sampled tokens are compared with the engine's.
+    checks_engine = arr.rollout.name != "native" or algo.rollout_is
+    return StepSettings(
+        recompute_old_logprobs=off_policy or algo.use_kl_in_reward or checks_engine,
+        off_policy=off_policy, kl_loss=arr.actor.use_kl_loss, kl_penalty=algo.kl_penalty,
+        rollout_correction=(RolloutCorrection(algo.rollout_is_threshold, algo.rollout_is_level,
+                                              algo.rollout_is_mode) if algo.rollout_is else None),
+        critic_warmup=cfg.trainer.critic_warmup,
+        train_generations=cfg.trainer.log_train_generations,
+        generations_every=cfg.trainer.generations_log_freq)
+
+
+def _overlong_penalty(cfg: Config, sizes: DerivedSizes) -> OverlongPenalty | None:
+    buffer = cfg.reward_model.overlong_buffer
+    if not buffer.enable:
+        return None
+    return OverlongPenalty(buffer.len, buffer.penalty_factor, sizes.response_length, buffer.log)
 
 
 def import_external_lib(cfg: Config) -> None:
@@ -113,16 +147,6 @@ def import_external_lib(cfg: Config) -> None:
                          "install it or remove the key") from None
 
 
-def _rank_spec(cfg: Config, sizes: DerivedSizes, model_path: str, tokenizer, *,
-               total_steps: int) -> RankSpec:
-    arr = cfg.actor_rollout_ref
-    generation_config = load_generation_config(model_path, arr.model.trust_remote_code)
-    return RankSpec(cfg=cfg, sizes=sizes, model_path=model_path, total_steps=total_steps,
-                    eos_token_ids=tuple(run_stop_ids(cfg, tokenizer, generation_config)),
-                    pad_token_id=tokenizer.pad_token_id, tokenizer_size=len(tokenizer),
-                    with_reference=arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward)
-
-
 def _run_dir(cfg: Config) -> Path:
     """trainer.default_local_dir, made, with the run's config.yaml written into it."""
     run_dir = Path(cfg.trainer.default_local_dir).expanduser().resolve()
@@ -135,12 +159,12 @@ def _run_dir(cfg: Config) -> Path:
 def _start(run: Run, resume_from: Path | None, *, log) -> None:
     """Load the checkpoint resumed from, open metrics.jsonl, start the scorers."""
     if resume_from is not None:  # the reference keeps the initial weights
-        run.progress = load_checkpoint(run, resume_from, log=log)
-        run.engine.sync_weights()  # an engine with its own copy of the weights
+        run.state.progress = load_checkpoint(run, resume_from, log=log)
+        run.roles.engine.sync_weights()  # an engine with its own copy of the weights
     # Only now, with the checkpoint loaded, may metrics.jsonl change; it is
     # continued only when the checkpoint belongs to this run directory.
-    own = resume_from is not None and resume_from.parent == run.run_dir
-    run.metrics_log.begin(resume_step=run.progress.step if own else None)
+    own = resume_from is not None and resume_from.parent == run.spec.run_dir
+    run.state.metrics_log.begin(resume_step=run.state.progress.step if own else None)
     run.reward.start()  # worker start-up is not charged to the first step's timings
 
 

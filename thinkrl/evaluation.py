@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from thinkrl.algos.pass_at_k import best_at_k, k_values, mean_pass_at_k
-from thinkrl.assets import val_batch_size
 from thinkrl.data.dataset import Prompt, batches
 from thinkrl.generations import Generation, generations_from_rollouts
 from thinkrl.records import FINISH_LENGTH, Rollouts
 from thinkrl.rewards.scorer import RewardScorer
 from thinkrl.rewards.scoring import decode_responses
 from thinkrl.rollout.base import RolloutEngine, SamplingParams
+from thinkrl.run import RunSpec
 
 CORRECT_SCORE = 1.0
 
@@ -159,14 +159,7 @@ def evaluate(engine: RolloutEngine, prompts: Sequence[Prompt], *, tokenizer,
                       seconds=time.perf_counter() - start, scorer_errors=errors)
 
 
-def run_validation(run) -> EvalResult:
-    """Validation of a training run (a thinkrl.build.Run) with rollout.val_kwargs."""
-
-    return evaluate(run.engine, run.val_prompts, tokenizer=run.tokenizer,
-                    sampling=run.val_sampling, reward=run.reward,
-                    batch_size=val_batch_size(run.cfg, len(run.val_prompts)))
-
-
-def validate(run) -> dict[str, float]:
-    """The validation metrics of a training run (see the module docstring)."""
-    return run_validation(run).metrics()
+def run_validation(engine: RolloutEngine, spec: RunSpec, *, reward: RewardScorer) -> EvalResult:
+    """Validation of a training run: its held-out prompts, with rollout.val_kwargs."""
+    return evaluate(engine, spec.val_prompts, tokenizer=spec.tokenizer, sampling=spec.val_sampling,
+                    reward=reward, batch_size=spec.val_batch_size)

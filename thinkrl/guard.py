@@ -27,16 +27,17 @@ from __future__ import annotations
 
 import math
 
-
 from thinkrl.checkpoint.store import kept_on_disk
 from thinkrl.errors import RunStopped
+from thinkrl.run import Run
+from thinkrl.workers.roles import PolicyRole
 
 MAX_NORM_GROWTH = 2.0
 UNIFORM_FRACTION = 0.95
 MAX_ABS_PG_LOSS = 1e3
 
 
-def weight_health(actor) -> tuple[list[str], float, int]:
+def weight_health(actor: PolicyRole) -> tuple[list[str], float, int]:
     """(names of parameters holding NaN or inf, the global L2 norm
     sqrt(sum_i ||theta_i||^2) in float64, the vocabulary size) of the actor,
     local or sharded over ranks (`weight_stats`)."""
@@ -68,12 +69,12 @@ def divergence_reason(metrics: dict[str, float], *, norm_before: float, norm_aft
 class DivergenceGuard:
     """Call `check(metrics, step=...)` after each step's update (trainer.divergence_guard)."""
 
-    def __init__(self, run) -> None:
+    def __init__(self, run: Run) -> None:
         self.run = run
-        self.enabled = run.cfg.trainer.divergence_guard
+        self.enabled = run.spec.cfg.trainer.divergence_guard
         self.norm, vocab = 0.0, 2
         if self.enabled:
-            _, self.norm, vocab = weight_health(run.actor)
+            _, self.norm, vocab = weight_health(run.roles.actor)
         self.uniform_entropy = math.log(vocab)
         self.first_entropy: float | None = None
 
@@ -85,7 +86,7 @@ class DivergenceGuard:
             self.first_entropy = entropy
         started_uniform = self.first_entropy is not None \
             and self.first_entropy >= UNIFORM_FRACTION * self.uniform_entropy
-        bad, norm, _ = weight_health(self.run.actor)
+        bad, norm, _ = weight_health(self.run.roles.actor)
         reason = (f"{len(bad)} weight tensor(s) hold NaN or inf (first: {bad[0]})" if bad else
                   divergence_reason(metrics, norm_before=self.norm, norm_after=norm,
                                     uniform_entropy=self.uniform_entropy,
@@ -93,13 +94,13 @@ class DivergenceGuard:
         self.norm = norm
         if reason is None:
             return
-        self.run.metrics_log.log(metrics, step=step)
+        self.run.state.metrics_log.log(metrics, step=step)
         raise RunStopped(destroyed_message(self.run, step=step, reason=reason))
 
 
-def destroyed_message(run, *, step: int, reason: str) -> str:
-    lr = run.cfg.actor_rollout_ref.actor.optim.lr
+def destroyed_message(run: Run, *, step: int, reason: str) -> str:
+    lr = run.spec.cfg.actor_rollout_ref.actor.optim.lr
     return (f"step {step}: the policy is destroyed: {reason}. Nothing of it was saved: the weights "
-            f"in memory are the destroyed ones and are dropped. {kept_on_disk(run.run_dir)} "
+            f"in memory are the destroyed ones and are dropped. {kept_on_disk(run.spec.run_dir)} "
             f"Likely cause: too large a step; lower actor_rollout_ref.actor.optim.lr (now {lr:g}) "
             "or check the rewards (trainer.divergence_guard=False turns this check off).")

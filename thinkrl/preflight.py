@@ -8,7 +8,8 @@ import importlib.util
 
 import torch
 
-from thinkrl.config import Config, execution_backend
+from thinkrl.config import Config
+from thinkrl.config.checks import execution_backend
 from thinkrl.errors import SetupError
 from thinkrl.parallel.device import resolve_device
 from thinkrl.rollout.vllm_engine import check_vllm_usable, engine_parallel_problem

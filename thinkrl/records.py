@@ -121,6 +121,11 @@ FINISH_STOP = "stop"  # the model wrote EOS
 FINISH_LENGTH = "length"  # hit max_response_length
 
 
+Sequences = tuple[Tensor, Tensor, Tensor]
+"""Prompt + response as the model reads them (`Rollouts.sequences()`):
+input_ids, attention_mask, position_ids, each [N, P + R]."""
+
+
 @dataclass(slots=True)
 class Rollouts:
     """Responses to a PromptBatch, G per prompt, grouped consecutively."""
@@ -169,7 +174,7 @@ class Rollouts:
     def response_lengths(self) -> Tensor:  # [N]
         return self.response_mask.sum(-1)
 
-    def sequences(self) -> tuple[Tensor, Tensor, Tensor]:
+    def sequences(self) -> Sequences:
         """(input_ids, attention_mask, position_ids), each [N, P + R]; with
         images, position_ids are M-RoPE's [N, 3, P + R] (rows first, so that
         selecting rows works alike for both)."""

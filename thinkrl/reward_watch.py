@@ -19,6 +19,7 @@ from torch import Tensor
 
 from thinkrl.checkpoint.store import kept_on_disk
 from thinkrl.errors import RunStopped
+from thinkrl.rewards.scorer import ScoreResult
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,13 @@ class FailureBreaker:
         failed = failures + sum(e + t + u for e, t, u, _ in kept)
         total = responses + sum(n for *_, n in kept)
         return total > 0 and failed / total > self.max_failure_rate
+
+    def check(self, scored: ScoreResult, *, step: int, first_error: str | None,
+              run_dir: Path) -> None:
+        """`update` with a step's scoring result."""
+        self.update(errors=scored.errors, timeouts=scored.timeouts, unscored=scored.unscored,
+                    responses=len(scored.scores), step=step, first_error=first_error,
+                    run_dir=run_dir)
 
     def update(self, *, errors: int, timeouts: int, responses: int, step: int,
                first_error: str | None, run_dir: Path, unscored: int = 0) -> None:

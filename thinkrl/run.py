@@ -1,9 +1,15 @@
-"""A built run, as the driver and its stages see it: the roles (`Roles`:
-handles over one in-process rank or a Ray worker group), the
-data, the scorers and watchers, and where training stands.
+"""A built run, in three parts, as the driver, its stages, the checkpoint
+code and the guard see it:
 
-Built by `thinkrl.build.build_run`; the stages (`thinkrl.trainer`,
-`thinkrl.dynamic_sampling`, `thinkrl.ppo_critic`, `thinkrl.evaluation`) take it.
+- `RunSpec`: what the run is, fixed at build (sizes, paths, sampling, the
+  settings the step's stages read, the bound advantage estimator);
+- `Roles`: the handles of the run's ranks (one in this process, or a Ray
+  worker group), the same for both backends;
+- `RunState`: where training stands and everything that changes with it
+  (progress, data position, the KL controller, the watchers, the log).
+
+`Run` holds the three and the resources a run owns (the scorers, the lock).
+Built by `thinkrl.build.build_run`; a low module, so every layer can type it.
 """
 
 from __future__ import annotations
@@ -13,9 +19,10 @@ from pathlib import Path
 from typing import Callable
 
 from thinkrl.algos.kl_control import KLController
+from thinkrl.algos.rollout_correction import RolloutCorrection
 from thinkrl.checkpoint.lock import RunLock
-from thinkrl.checkpoint.state import Progress
-from thinkrl.config import Config, DerivedSizes
+from thinkrl.config import Config
+from thinkrl.config.sizes import DerivedSizes
 from thinkrl.data.dataset import Prompt, PromptLoader
 from thinkrl.metrics import MetricsLog
 from thinkrl.reward_watch import FailureBreaker, ZeroRewardWatch
@@ -24,70 +31,55 @@ from thinkrl.rollout.base import SamplingParams
 from thinkrl.workers.roles import PolicyRole, ReferenceRole, RolloutRole, ValueRole
 
 
-@dataclass
-class Run:
+@dataclass(frozen=True)
+class StepSettings:
+    """The settings a training step's stages read, resolved from the config
+    once at build, so no stage reads the config."""
+
+    recompute_old_logprobs: bool
+    """log pi_old needs its own forward pass: the update is off-policy (more
+    than one optimizer step per step), the KL penalty in the reward needs
+    it, or the engine samples from its own weights (vllm) or rollout_is
+    corrects the drift, so the trainer's log-probs are compared with the
+    engine's."""
+    off_policy: bool
+    """More than one optimizer step per training step: pi_old is not the
+    current policy, so the update needs the old log-probs."""
+    kl_loss: bool
+    """actor.use_kl_loss: the reference log-probs go into the update."""
+    kl_penalty: str
+    """algorithm.kl_penalty: the estimator of the KL penalty in the reward."""
+    rollout_correction: RolloutCorrection | None
+    """algorithm.rollout_is's weights, or None."""
+    critic_warmup: int
+    """trainer.critic_warmup: the actor updates from this step on (with a critic)."""
+    train_generations: int
+    """trainer.log_train_generations responses saved ..."""
+    generations_every: int
+    """... every trainer.generations_log_freq steps."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What the run is: fixed at build."""
+
     cfg: Config
+    """The config as loaded: written into every checkpoint and the report;
+    the stages read `step` instead."""
     sizes: DerivedSizes
     run_dir: Path
     model_path: str
     """actor_rollout_ref.model.path with `builtin:` names resolved to folders."""
     tokenizer: object
-    actor: PolicyRole
-    """The policy and its update: a handle over the run's ranks (one in this
-    process, or one Ray actor per device: `thinkrl.workers.handles`)."""
-    reference: ReferenceRole | None
-    engine: RolloutRole
-    train_loader: PromptLoader
     val_prompts: list[Prompt]
-    reward: RewardScorer
-    """Scores responses (worker processes with a per-response timeout); close() it."""
-    zero_reward_watch: ZeroRewardWatch
-    sample: Callable
-    """The generate-and-score stage, chosen at build (`thinkrl.dynamic_sampling.build_sampler`:
-    one batch, ReMax's greedy baselines, DAPO's dynamic sampling): sample(run, timer)."""
-    advantage_fn: Callable
     sampling: SamplingParams
     val_sampling: SamplingParams
+    val_batch_size: int
+    """Prompts per validation generate call."""
     total_steps: int
-    metrics_log: MetricsLog
-    kl_controller: KLController | None
-    """beta of the KL penalty in the reward (algorithm.use_kl_in_reward)."""
-    sync: Callable[[], None]
-    """Waits for the device's queued work (for honest stage timings)."""
-    progress: Progress = field(default_factory=Progress)
-    """Where training stands: step 0, or the step of the checkpoint resumed from."""
-    close_workers: Callable[[], None] = lambda: None
-    """Stops the Ray workers (ray backend)."""
-    reward_breaker: FailureBreaker | None = None
-    """Stops the run when most responses fail to score (reward.max_failure_rate)."""
-    lock: RunLock | None = None
-    """This run's exclusive hold on run_dir (thinkrl.checkpoint.lock); close() frees it."""
-    critic: ValueRole | None = None
-    """PPO's value model and its update (algorithm.adv_estimator=gae); None otherwise."""
-
-    def close(self) -> None:
-        """Stop the scoring workers and the Ray workers, close the logger sinks,
-        free the run directory."""
-        try:
-            self.reward.close()
-            self.metrics_log.close()
-        finally:
-            self.close_workers()
-            if self.lock is not None:
-                self.lock.release()
-
-    @property
-    def recomputes_rollout_logprobs(self) -> bool:
-        """The engine samples from its own copy of the weights (vllm), or the
-        drift is corrected: the trainer recomputes the log-probs of every
-        sampled token to measure (and with rollout_is, correct) the gap."""
-        return self.cfg.actor_rollout_ref.rollout.name != "native" or self.cfg.algorithm.rollout_is
-
-    @property
-    def on_policy(self) -> bool:
-        """One optimizer step per training step on fresh samples: pi_old is
-        the current policy, so the old log-probs need no extra forward pass."""
-        return self.sizes.optimizer_steps_per_step == 1
+    advantage_fn: Callable
+    """The estimator with its settings bound (`thinkrl.algos.advantages.BoundEstimator`)."""
+    step: StepSettings
 
 
 @dataclass(frozen=True)
@@ -104,3 +96,50 @@ class Roles:
     """Stops the workers (ray backend)."""
     critic: ValueRole | None = None
     """The value model (algorithm.adv_estimator=gae), or None."""
+
+
+@dataclass
+class Progress:
+    """Where the training loop stands after a step."""
+    step: int = 0
+    skipped_updates_in_a_row: int = 0
+
+
+@dataclass
+class RunState:
+    """What changes as the run trains, and is checkpointed or logged."""
+
+    train_loader: PromptLoader
+    metrics_log: MetricsLog
+    zero_reward_watch: ZeroRewardWatch
+    kl_controller: KLController | None
+    """beta of the KL penalty in the reward (algorithm.use_kl_in_reward), or None."""
+    reward_breaker: FailureBreaker
+    """Stops the run when most responses fail to score (reward.max_failure_rate)."""
+    progress: Progress = field(default_factory=Progress)
+    """Step 0, or the step of the checkpoint resumed from."""
+
+
+@dataclass
+class Run:
+    spec: RunSpec
+    roles: Roles
+    state: RunState
+    reward: RewardScorer
+    """Scores responses (worker processes with a per-response timeout)."""
+    sample: Callable
+    """The generate-and-score stage, chosen at build (`thinkrl.stages.sampling`:
+    one batch, ReMax's greedy baselines, DAPO's dynamic sampling): sample(timer)."""
+    lock: RunLock | None = None
+    """This run's exclusive hold on run_dir (thinkrl.checkpoint.lock)."""
+
+    def close(self) -> None:
+        """Stop the scoring workers and the Ray workers, close the logger sinks,
+        free the run directory."""
+        try:
+            self.reward.close()
+            self.state.metrics_log.close()
+        finally:
+            self.roles.close()
+            if self.lock is not None:
+                self.lock.release()

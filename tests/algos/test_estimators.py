@@ -5,12 +5,12 @@ import math
 import pytest
 import torch
 
-from thinkrl.algos.advantages import (ADVANTAGE_ESTIMATORS, build_advantage_estimator, gpg_outcome_advantage,
+from thinkrl.algos.advantages import (build_advantage_estimator, gpg_outcome_advantage,
                                       grpo_outcome_advantage, grpo_passk_outcome_advantage, masked_whiten,
                                       opo_outcome_advantage, reinforce_plus_plus_advantage,
                                       reinforce_plus_plus_baseline_advantage, remax_outcome_advantage,
                                       rloo_outcome_advantage)
-from thinkrl.config.schema import ADV_ESTIMATORS, AlgorithmConfig
+from thinkrl.config.schema import AlgorithmConfig
 
 # Two groups: prompt 0 scored [1, 0, 0], prompt 1 scored [3, 1]; one token per response.
 SCORES = [1.0, 0.0, 0.0, 3.0, 1.0]
@@ -119,10 +119,6 @@ def test_remax_subtracts_the_greedy_baseline_from_the_return_to_go():
 def test_masked_whiten_needs_two_tokens():
     with pytest.raises(ValueError, match="at least 2"):
         masked_whiten(torch.ones(1, 2), torch.tensor([[1, 0]]))
-
-
-def test_registry_matches_the_config_choices():
-    assert tuple(ADVANTAGE_ESTIMATORS) == ADV_ESTIMATORS
 
 
 def test_build_binds_each_estimators_own_settings():

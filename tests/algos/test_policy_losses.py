@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from thinkrl.algos.losses import LossScale, ppo_clip_policy_loss
-from thinkrl.algos.policy_losses import (POLICY_LOSSES, build_policy_loss, cispo_policy_loss,
+from thinkrl.algos.policy_losses import (build_policy_loss, cispo_policy_loss,
                                          clip_cov_policy_loss, geo_mean_policy_loss, gpg_policy_loss,
                                          gspo_policy_loss, kl_cov_policy_loss, sapo_policy_loss)
-from thinkrl.config.schema import POLICY_LOSS_MODES, ActorConfig, PolicyLossConfig
+from thinkrl.config.schema import ActorConfig, PolicyLossConfig
 
 CLIP = dict(clip_ratio_low=0.2, clip_ratio_high=0.2)
 
@@ -188,10 +188,6 @@ def test_kl_cov_penalises_the_top_covariance_tokens():
     expected = (-2 * math.exp(0.2) + 0.02 - math.exp(0.1) + math.exp(-0.1) + 1.0) / 4
     assert loss.item() == pytest.approx(expected, rel=1e-6)
     assert metrics["actor/ppo_kl"] == pytest.approx((0.2 + 0.1 + 0.1 + 0.0) / 4)  # mean |log r|
-
-
-def test_registry_matches_the_config_choices():
-    assert tuple(POLICY_LOSSES) == POLICY_LOSS_MODES
 
 
 def test_vanilla_from_the_registry_is_ppo_clip_with_the_actor_settings():

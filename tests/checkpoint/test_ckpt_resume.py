@@ -201,7 +201,7 @@ def resumed_run(straight, tiny_model_dir, data_files, tmp_path_factory):
                   "trainer.resume_mode=resume_path",
                   f"trainer.resume_from_path={straight_dir}")
     run = build_run(cfg, log=lambda *_: None)
-    assert run.progress.step == STEPS
+    assert run.state.progress.step == STEPS
     yield run
     run.close()
 
@@ -210,10 +210,10 @@ def test_pickled_objects_are_refused(straight, resumed_run, tmp_path):
     straight_dir, _ = straight
     bad = shutil.copytree(straight_dir / "global_step_1", tmp_path / "global_step_1")
     torch.save({"step": 1, "payload": _Payload()}, bad / TRAINER_STATE_FILE)
-    before = [p.detach().clone() for p in resumed_run.actor.group.rank.actor.model.parameters()]
+    before = [p.detach().clone() for p in resumed_run.roles.actor.group.rank.actor.model.parameters()]
     with pytest.raises(pickle.UnpicklingError):
         load_checkpoint(resumed_run, bad, log=lambda *_: None)
-    after = resumed_run.actor.group.rank.actor.model.parameters()
+    after = resumed_run.roles.actor.group.rank.actor.model.parameters()
     assert all(torch.equal(b, p) for b, p in zip(before, after))
 
 
@@ -230,7 +230,7 @@ def test_export_gives_the_actors_log_probs(straight, resumed_run, tmp_path, tiny
     model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(out)
     assert tokenizer.get_vocab() == AutoTokenizer.from_pretrained(tiny_model_dir).get_vocab()
-    actor = resumed_run.actor.group.rank.actor
+    actor = resumed_run.roles.actor.group.rank.actor
     exported = model.state_dict()
     for name, tensor in actor.model.state_dict().items():
         assert torch.equal(exported[name], tensor), name
@@ -238,8 +238,8 @@ def test_export_gives_the_actors_log_probs(straight, resumed_run, tmp_path, tiny
     assert not torch.equal(initial.lm_head.weight, model.lm_head.weight)  # trained weights
 
     run = resumed_run
-    prompts = collate(run.val_prompts, pad_token_id=run.tokenizer.pad_token_id)
-    rollouts = run.engine.generate(prompts, run.sampling)
+    prompts = collate(run.spec.val_prompts, pad_token_id=run.spec.tokenizer.pad_token_id)
+    rollouts = run.roles.engine.generate(prompts, run.spec.sampling)
     sequences = rollouts.sequences()
     length = rollouts.response_ids.shape[1]
     expected = actor.compute_log_prob(*sequences, response_length=length)

@@ -16,7 +16,8 @@ from thinkrl.checkpoint.state import capture_rng, restore_rng
 from thinkrl.checkpoint.store import (MARKER, TRACKER, atomic_checkpoint, complete_checkpoints,
                                       latest_checkpoint, remove_stale_tmp, resolve_checkpoint,
                                       rotate)
-from thinkrl.config import load_config, validate
+from thinkrl.config import load_config
+from thinkrl.config.checks import validate
 from thinkrl.config.schema import TrainerConfig
 from thinkrl.errors import DiskFull
 

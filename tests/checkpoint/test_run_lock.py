@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from thinkrl.checkpoint.lock import LOCK_FILE, RunLock, last_locked_run_dir
+import thinkrl.checkpoint.lock as lock_module
+from thinkrl.checkpoint.lock import LOCK_FILE, STALE_AFTER_S, RunLock, last_locked_run_dir
 from thinkrl.checkpoint.store import remove_stale_tmp
 from thinkrl.errors import SetupError
 
@@ -80,12 +81,53 @@ def test_holder_that_has_not_written_yet_is_still_refused(tmp_path):
         os.close(fd)
 
 
-def test_lock_left_by_another_host_is_taken_over_with_a_warning(tmp_path):
-    (tmp_path / LOCK_FILE).write_text(json.dumps({"pid": 7, "host": "elsewhere",
-                                                  "started": time.time() - 600}))
+def _record_of_another_host(run_dir, *, silent_s: float) -> None:
+    """A lock record written on host "elsewhere" 10 min ago, its file last touched `silent_s` ago."""
+    path = run_dir / LOCK_FILE
+    path.write_text(json.dumps({"pid": 7, "host": "elsewhere", "started": time.time() - 600}))
+    os.utime(path, (time.time() - silent_s, time.time() - silent_s))
+
+
+def test_lock_of_another_host_with_a_recent_heartbeat_is_refused(tmp_path):
+    # A shared disk may not carry flocks between machines: the heartbeat decides.
+    _record_of_another_host(tmp_path, silent_s=20)
+    with pytest.raises(SetupError) as err:
+        RunLock.acquire(tmp_path)
+    assert "pid 7 on host elsewhere" in err.value.problem and "last sign of life 20 s ago" in err.value.problem
+    assert f"delete {tmp_path / LOCK_FILE}" in err.value.fix
+    assert json.loads((tmp_path / LOCK_FILE).read_text())["host"] == "elsewhere"  # left as it was
+
+
+def test_lock_of_another_host_silent_for_long_is_taken_over_with_a_note(tmp_path):
+    _record_of_another_host(tmp_path, silent_s=STALE_AFTER_S + 60)
     notes = []
     RunLock.acquire(tmp_path, log=notes.append).release()
     assert "another host" in notes[0] and "elsewhere" in notes[0] and "10 min ago" in notes[0]
+    assert "no sign of life for 11 min" in notes[0]
+
+
+def test_a_live_run_touches_its_lock_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(lock_module, "HEARTBEAT_S", 0.05)
+    path = tmp_path / LOCK_FILE
+    with RunLock.acquire(tmp_path):
+        os.utime(path, (0, 0))
+        deadline = time.time() + 10
+        while path.stat().st_mtime == 0 and time.time() < deadline:
+            time.sleep(0.05)
+        assert time.time() - path.stat().st_mtime < 10
+
+
+def test_deleting_the_lock_file_of_a_live_run_does_not_let_a_second_run_in(tmp_path):
+    child = _holder(tmp_path)
+    try:
+        (tmp_path / LOCK_FILE).unlink()
+        with pytest.raises(SetupError) as err:
+            RunLock.acquire(tmp_path)
+        assert "was deleted while it ran" in err.value.problem
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    RunLock.acquire(tmp_path, log=lambda *_: None).release()  # free once the holder is gone
 
 
 def test_stale_save_of_a_live_process_is_kept(tmp_path):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from thinkrl.config import inactive_settings, load_config, validate
+from thinkrl.config import load_config
+from thinkrl.config.inactive import inactive_settings
+from thinkrl.config.checks import validate
 
 ARR = "actor_rollout_ref"
 SMALL = ["data.train_batch_size=8", f"{ARR}.actor.ppo_mini_batch_size=4", f"{ARR}.rollout.n=4"]

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import shlex
 from pathlib import Path
 
 import pytest
 
-from thinkrl.config import DerivedSizes, inactive_settings, load_config, validate
+from thinkrl.config import load_config
+from thinkrl.config.sizes import DerivedSizes
+from thinkrl.config.inactive import inactive_settings
+from thinkrl.config.checks import validate
 
 # The verl launch line lives in test_loading.py (tests/ is not a package, so load it by path).
 _spec = importlib.util.spec_from_file_location("_config_test_loading", Path(__file__).with_name("test_loading.py"))
@@ -193,3 +197,28 @@ def test_fused_kernels_is_live_only_with_the_shared_prompt_pass() -> None:
     assert inactive_settings(load_config(None, [*one, *both])) == []
     sharded = inactive_settings(load_config(None, [*SMALL, *both]))  # 2 devices: FSDP2 shards
     assert len(sharded) == 2 and all("FSDP2 shards take the padded forward" in n for n in sharded)
+
+
+@pytest.mark.parametrize("key, registry", [
+    ("algorithm.adv_estimator", "thinkrl.algos.advantages:ADVANTAGE_ESTIMATORS"),
+    (f"{ARR}.actor.policy_loss.loss_mode", "thinkrl.algos.policy_losses:POLICY_LOSSES"),
+    (f"{ARR}.actor.loss_agg_mode", "thinkrl.algos.losses:LOSS_AGG_MODES"),
+    ("algorithm.kl_penalty", "thinkrl.algos.kl:KL_ESTIMATORS"),
+    ("reward.scorer", "thinkrl.rewards.registry:SCORER_NAMES"),
+    ("data.template", "thinkrl.data.templates:TEMPLATES"),
+])
+def test_an_unknown_choice_is_refused_with_every_name_its_registry_holds(key, registry):
+    module, name = registry.split(":")
+    registered = list(getattr(importlib.import_module(module), name))
+    message = _problems(f"{key}=no_such_name")
+    listed = message.split(f"{key}=no_such_name: use one of: ")[1].splitlines()[0]
+    assert [n for n in listed.rstrip(".").split(", ") if n != "auto"] == registered
+
+
+def test_a_zero_learning_rate_is_accepted_with_a_note():
+    cfg = load_config(None, [*SMALL, f"{ARR}.actor.optim.lr=0"])
+    validate(cfg)
+    notes = [n for n in inactive_settings(cfg) if ".optim.lr" in n]
+    assert len(notes) == 1 and notes[0].startswith(f"{ARR}.actor.optim.lr=0.0 has no effect: ")
+    assert "learns nothing" in notes[0]
+    assert not [n for n in inactive_settings(load_config(None, SMALL)) if ".optim.lr" in n]

@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from thinkrl.cli import main
-from thinkrl.config import config_to_dict, load_config, validate
+from thinkrl.config import config_to_dict, load_config
+from thinkrl.config.checks import validate
 from thinkrl.config.mindspeed import is_mindspeed_file, translate_file
 
 ARR = "actor_rollout_ref"

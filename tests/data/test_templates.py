@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from thinkrl.config import Config, validate
+from thinkrl.config import Config
+from thinkrl.config.checks import validate
 from thinkrl.data import synthetic
 from thinkrl.data.templates import QWEN_R1_SYSTEM, R1_INSTRUCTION, TEMPLATES, render_prompt
 

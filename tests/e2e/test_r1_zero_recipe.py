@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from thinkrl.cli import main, recipe_path
-from thinkrl.config import load_config, validate
+from thinkrl.config import load_config
+from thinkrl.config.checks import validate
 from thinkrl.data.templates import R1_INSTRUCTION
 from thinkrl.trainer import train
 

@@ -142,11 +142,11 @@ def test_bfloat16_compute_keeps_float32_master_weights(asset_cache, tiny_model_d
     cfg = load_config(recipe_path("tiny"), _overrides(
         tiny_model_dir, tmp_path / "run", "actor_rollout_ref.model.dtype=bfloat16"))
     run = build_run(cfg, log=lambda *_: None)
-    before = [p.detach().clone() for p in run.actor.group.rank.actor.model.parameters()]
+    before = [p.detach().clone() for p in run.roles.actor.group.rank.actor.model.parameters()]
     metrics = train_step(run, 1)
     run.close()
-    assert all(p.dtype == torch.float32 for p in run.actor.group.rank.actor.model.parameters())
-    assert any(not torch.equal(b, p) for b, p in zip(before, run.actor.group.rank.actor.model.parameters()))
+    assert all(p.dtype == torch.float32 for p in run.roles.actor.group.rank.actor.model.parameters())
+    assert any(not torch.equal(b, p) for b, p in zip(before, run.roles.actor.group.rank.actor.model.parameters()))
     assert metrics["actor/skipped_updates"] == 0
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -141,22 +142,23 @@ def test_weights_saved_are_always_finite(two_steps):
     """Case: a save asked for while the weights hold NaN.
     Behaviour: refused: RunStopped names the tensor; nothing is written.
     Kept: the checkpoints already on disk."""
-    from thinkrl.checkpoint.state import Progress, save_checkpoint
+    from thinkrl.checkpoint.state import save_checkpoint
+    from thinkrl.run import Progress
     from thinkrl.errors import RunStopped
 
     from thinkrl.parallel.fsdp import parameter_stats
 
     model = torch.nn.Linear(2, 2)
 
-    class Fake:  # only what the check reads before writing anything
-        class actor:
-            def weight_stats() -> dict:
-                return {**parameter_stats(model), "vocab_size": 2}
-        run_dir = two_steps[1]
+    class Actor:  # only what the check reads before writing anything
+        def weight_stats(self) -> dict:
+            return {**parameter_stats(model), "vocab_size": 2}
 
+    run_dir = two_steps[1]
+    fake = SimpleNamespace(roles=SimpleNamespace(actor=Actor()), spec=SimpleNamespace(run_dir=run_dir))
     with torch.no_grad():
         model.weight[0, 0] = float("nan")
-    before = on_disk(Fake.run_dir)
+    before = on_disk(run_dir)
     with pytest.raises(RunStopped, match="not saving a checkpoint: 1 weight tensor.* weight"):
-        save_checkpoint(Fake, Progress(step=9))
-    assert on_disk(Fake.run_dir) == before
+        save_checkpoint(fake, Progress(step=9))
+    assert on_disk(run_dir) == before

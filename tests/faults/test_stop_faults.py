@@ -63,7 +63,7 @@ def test_destroyed_after_a_good_checkpoint(tiny, capsys, monkeypatch):
         metrics = real(run, step)
         if step == 2:
             with torch.no_grad():
-                for p in run.actor.group.rank.actor.model.parameters():
+                for p in run.roles.actor.group.rank.actor.model.parameters():
                     p.mul_(-1e4)
         return metrics
 

@@ -56,38 +56,39 @@ def test_two_ranks_update_equals_one_process(asset_cache, tiny_model_dir, tmp_pa
     sharded = build_run(_cfg(tiny_model_dir, tmp_path / "ray", "trainer.n_gpus_per_node=2"),
                         log=lambda *_: None)
     try:
-        assert sharded.sizes.world_size == 2 and sharded.actor.group.world_size == 2
-        shards = sharded.actor.group.call_all("test", "sharding")
+        assert sharded.spec.sizes.world_size == 2 and sharded.roles.actor.group.world_size == 2
+        shards = sharded.roles.actor.group.call_all("test", "sharding")
         assert all(s["local"] < s["total"] for s in shards)  # DTensors split 2 ways
         assert sum(s["local"] for s in shards) == shards[0]["total"]
 
-        rollouts = local.engine.generate(local.train_loader.next_batch(), local.sampling)
+        rollouts = local.roles.engine.generate(local.state.train_loader.next_batch(), local.spec.sampling)
         seqs = rollouts.sequences()
         r = rollouts.response_ids.shape[1]
-        old_local = local.actor.compute_log_prob(*seqs, response_length=r)
-        old_ray = sharded.actor.compute_log_prob(*seqs, response_length=r)
+        old_local = local.roles.actor.compute_log_prob(*seqs, response_length=r)
+        old_ray = sharded.roles.actor.compute_log_prob(*seqs, response_length=r)
         torch.testing.assert_close(old_ray, old_local, rtol=0, atol=1e-5)
-        ref_ray = sharded.reference.compute_ref_log_prob(*seqs, response_length=r)
+        ref_ray = sharded.roles.reference.compute_ref_log_prob(*seqs, response_length=r)
         torch.testing.assert_close(ref_ray, old_local, rtol=0, atol=1e-5)  # no update yet
 
         advantages = torch.randn(len(rollouts), 1, generator=torch.Generator().manual_seed(0))
         batch = TrainBatch(*seqs, response_mask=rollouts.response_mask.float(),
                            advantages=advantages.expand(-1, r) * rollouts.response_mask,
                            old_logprobs=old_local, ref_logprobs=old_local)
-        m_local = local.actor.update_policy(batch)
-        m_ray = sharded.actor.update_policy(batch)
+        m_local = local.roles.actor.update_policy(batch)
+        m_ray = sharded.roles.actor.update_policy(batch)
         for key in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm",
                     "actor/pg_clipfrac", "actor/lr"):
             assert m_ray[key] == pytest.approx(m_local[key], rel=1e-5, abs=1e-7), key
-        after = sharded.actor.full_weights()
-        for name, tensor in local.actor.group.rank.actor.model.state_dict().items():
+        after = sharded.roles.actor.full_weights()
+        for name, tensor in local.roles.actor.group.rank.actor.model.state_dict().items():
             torch.testing.assert_close(after[name], tensor, rtol=0, atol=1e-5, msg=name)
 
         # a sharded checkpoint, exported as one Hugging Face folder without a process group
         from safetensors.torch import load_file
 
         from thinkrl.checkpoint.export import export_checkpoint
-        from thinkrl.checkpoint.state import Progress, save_checkpoint
+        from thinkrl.checkpoint.state import save_checkpoint
+        from thinkrl.run import Progress
         folder = save_checkpoint(sharded, Progress(step=1), log=lambda *_: None)
         assert sorted(p.name for p in (folder / "actor_dcp").iterdir()) == [
             ".metadata", "__0_0.distcp", "__1_0.distcp"]
@@ -126,10 +127,10 @@ def test_ranks_whose_responses_end_at_different_steps_train_and_validate(
                              "trainer.val_before_train=True", "data.val_batch_size=16"),
                         log=lambda *_: None)
     try:
-        group = sharded.actor.group
-        widths, one = [], dataclasses.replace(sharded.sampling, n=1)
+        group = sharded.roles.actor.group
+        widths, one = [], dataclasses.replace(sharded.spec.sampling, n=1)
         while len(widths) < 8 and not any(a != b for a, b in widths):
-            prompts = sharded.train_loader.next_batch()  # per rank: the tokens its engine decoded
+            prompts = sharded.state.train_loader.next_batch()  # per rank: the tokens its engine decoded
             parts = group.call_all("gen", "generate", [(prompts.select(share), one)
                                                        for share in row_shares_of(prompts)])
             widths.append([part.response_ids.shape[1] for part in parts])
@@ -137,14 +138,14 @@ def test_ranks_whose_responses_end_at_different_steps_train_and_validate(
 
         # Deliberately uneven lengths, the same on every machine: 3 responses
         # of 48 tokens, 5 of 1 (sampled tokens, masks chosen here).
-        rollouts = local.engine.generate(local.train_loader.next_batch(),
-                                         dataclasses.replace(local.sampling, ignore_eos=True))
+        rollouts = local.roles.engine.generate(local.state.train_loader.next_batch(),
+                                         dataclasses.replace(local.spec.sampling, ignore_eos=True))
         r = rollouts.response_ids.shape[1]
         lengths = torch.tensor([r, 1, 1, r, 1, r, 1, 1])[:, None]
         rollouts.response_mask = (torch.arange(r)[None, :] < lengths).long()
         seqs = rollouts.sequences()
-        old = local.actor.compute_log_prob(*seqs, response_length=r)
-        torch.testing.assert_close(sharded.actor.compute_log_prob(*seqs, response_length=r), old,
+        old = local.roles.actor.compute_log_prob(*seqs, response_length=r)
+        torch.testing.assert_close(sharded.roles.actor.compute_log_prob(*seqs, response_length=r), old,
                                    rtol=0, atol=1e-5)
         advantages = torch.randn(len(rollouts), 1, generator=torch.Generator().manual_seed(0))
         batch = TrainBatch(*seqs, response_mask=rollouts.response_mask.float(),
@@ -156,12 +157,12 @@ def test_ranks_whose_responses_end_at_different_steps_train_and_validate(
                                        max_tokens=160))
                   for rows in row_shares(group, mini.batch.attention_mask)]
         assert counts[0] != counts[1], counts  # one rank runs idle passes
-        m_local = local.actor.update_policy(batch)  # fixed cut, one process
-        m_ray = sharded.actor.update_policy(batch)
+        m_local = local.roles.actor.update_policy(batch)  # fixed cut, one process
+        m_ray = sharded.roles.actor.update_policy(batch)
         for key in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "actor/entropy"):
             assert m_ray[key] == pytest.approx(m_local[key], rel=1e-5, abs=1e-7), key
-        after = sharded.actor.full_weights()
-        for name, tensor in local.actor.group.rank.actor.model.state_dict().items():
+        after = sharded.roles.actor.full_weights()
+        for name, tensor in local.roles.actor.group.rank.actor.model.state_dict().items():
             torch.testing.assert_close(after[name], tensor, rtol=0, atol=1e-5, msg=name)
 
         result = train_run(sharded, log=lambda *_: None)  # 2 steps, validated before and after each
@@ -272,7 +273,7 @@ def test_a_killed_rank_stops_the_run_and_the_checkpoint_loads(asset_cache, tiny_
     resumed = build_run(_cfg(tiny_model_dir, run_dir, f"trainer.total_training_steps={done[-1] + 1}"),
                         log=lambda *_: None)
     try:
-        assert resumed.progress.step == done[-1]
+        assert resumed.state.progress.step == done[-1]
     finally:
         resumed.close()
 

@@ -12,12 +12,13 @@ import pytest
 import torch
 
 from thinkrl.build import build_run
-from thinkrl.checkpoint.state import Progress, load_checkpoint, save_checkpoint
+from thinkrl.checkpoint.state import load_checkpoint, save_checkpoint
 from thinkrl.cli import recipe_path
 from thinkrl.config import load_config
-from thinkrl.ppo_critic import critic_values, update_critic
+from thinkrl.run import Progress
+from thinkrl.stages.critic import critic_values, update_critic
 from thinkrl.metrics import StageTimer
-from thinkrl.trainer import train_batch
+from thinkrl.stages.update import train_batch
 
 pytestmark = pytest.mark.slow
 assert os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"  # conftest: loopback only
@@ -41,26 +42,26 @@ def test_two_rank_critic_equals_one_process_and_its_shards_resume_on_one(asset_c
     sharded = build_run(_cfg(tiny_model_dir, tmp_path / "ray", "trainer.n_gpus_per_node=2"),
                         log=lambda *_: None)
     try:
-        assert sharded.critic.group.world_size == 2
-        rollouts = local.engine.generate(local.train_loader.next_batch(), local.sampling)
+        assert sharded.roles.critic.group.world_size == 2
+        rollouts = local.roles.engine.generate(local.state.train_loader.next_batch(), local.spec.sampling)
         seqs, timer = rollouts.sequences(), StageTimer()
-        values_local = critic_values(local, rollouts, seqs, timer)
-        values_ray = critic_values(sharded, rollouts, seqs, timer)
+        values_local = critic_values(local.roles.critic, rollouts, seqs, timer)
+        values_ray = critic_values(sharded.roles.critic, rollouts, seqs, timer)
         torch.testing.assert_close(values_ray, values_local, rtol=0, atol=1e-5)
 
         rewards = torch.zeros_like(values_local)
         rewards[:, 0] = torch.arange(len(rollouts)) % 2  # something to regress on
-        batch = train_batch(local, rollouts, seqs, advantages=torch.zeros_like(values_local),
-                            old_logprobs=None, ref_logprobs=None)
-        returns = local.advantage_fn(rewards, rollouts.response_mask.float(), rollouts.group_ids,
+        batch = train_batch(rollouts, seqs, advantages=torch.zeros_like(values_local),
+                            old_logprobs=None, ref_logprobs=None, off_policy=False, kl_loss=False)
+        returns = local.spec.advantage_fn(rewards, rollouts.response_mask.float(), rollouts.group_ids,
                                      values=values_local).returns
-        m_local = update_critic(local, batch, returns=returns, values=values_local, timer=timer)
-        m_ray = update_critic(sharded, batch, returns=returns, values=values_local, timer=timer)
+        m_local = update_critic(local.roles.critic, batch, returns=returns, values=values_local, timer=timer)
+        m_ray = update_critic(sharded.roles.critic, batch, returns=returns, values=values_local, timer=timer)
         for key in ("critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm",
                     "critic/lr", "critic/vf_explained_var"):
             assert m_ray[key] == pytest.approx(m_local[key], rel=1e-5, abs=1e-7), key
-        after_local = critic_values(local, rollouts, seqs, timer)
-        torch.testing.assert_close(critic_values(sharded, rollouts, seqs, timer), after_local,
+        after_local = critic_values(local.roles.critic, rollouts, seqs, timer)
+        torch.testing.assert_close(critic_values(sharded.roles.critic, rollouts, seqs, timer), after_local,
                                    rtol=0, atol=1e-5)
 
         # the critic's shards in a checkpoint (DCP), loaded by one process (resharded)
@@ -69,9 +70,9 @@ def test_two_rank_critic_equals_one_process_and_its_shards_resume_on_one(asset_c
         fresh = build_run(_cfg(tiny_model_dir, tmp_path / "fresh"), log=lambda *_: None)
         try:
             load_checkpoint(fresh, folder, log=lambda *_: None)
-            torch.testing.assert_close(critic_values(fresh, rollouts, seqs, timer), after_local,
+            torch.testing.assert_close(critic_values(fresh.roles.critic, rollouts, seqs, timer), after_local,
                                        rtol=0, atol=1e-5)
-            optimizer = fresh.critic.group.rank.critic.learner.optimizer
+            optimizer = fresh.roles.critic.group.rank.critic.learner.optimizer
             assert optimizer.state_dict()["state"][0]["step"].item() == 2  # two mini-batches
         finally:
             fresh.close()

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from thinkrl.cli import recipe_path
-from thinkrl.config import load_config, validate
+from thinkrl.config import load_config
+from thinkrl.config.checks import validate
 from thinkrl.metrics import MetricsLog
 
 

@@ -3,8 +3,8 @@ settings (format_score), and the config checks of the reward.* keys."""
 
 import pytest
 
-from thinkrl.config import Config, validate
-from thinkrl.config.choices import REWARD_SCORERS
+from thinkrl.config import Config
+from thinkrl.config.checks import validate
 from thinkrl.rewards.registry import (DATA_SOURCES, SCORER_NAMES, ScorerSettings, make_scorer,
                                       scorer_name_for)
 from thinkrl.rewards.reward_fn import RewardFnSpec
@@ -55,9 +55,6 @@ def test_check_sources_names_every_unknown_one():
     assert "'a/unknown', 'b/unknown'" in message
     assert "reward.scorer=" in message and "custom_reward_function.path" in message
 
-
-def test_config_choices_match_the_registry():
-    assert REWARD_SCORERS == ("auto", *SCORER_NAMES)
 
 
 @pytest.mark.parametrize("key, value, fix", [

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from thinkrl.config import Config, validate
+from thinkrl.config import Config
+from thinkrl.config.checks import validate
 from thinkrl.config.verifier_checks import VERIFIER_NAMES
 from thinkrl.rewards.reward_fn import RewardFnSpec, Task, score_one
 from thinkrl.rewards.verifiers import (VERIFIERS, WeightedVerifiers, after_last_boxed,

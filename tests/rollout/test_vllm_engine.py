@@ -251,13 +251,13 @@ def test_two_grpo_steps_leave_the_engine_holding_the_actors_weights(asset_cache,
     cfg = load_config("tiny", grpo_overrides(tiny_vllm_model, tmp_path / "run"))
     run = build_run(cfg, log=lambda *_: None)
     try:
-        before = {k: v.clone() for k, v in run.actor.group.rank.actor.model.state_dict().items()}
+        before = {k: v.clone() for k, v in run.roles.actor.group.rank.actor.model.state_dict().items()}
         train_run(run, log=lambda *_: None)
         moved = max((v - before[k]).abs().max().item()
-                    for k, v in run.actor.group.rank.actor.model.state_dict().items())
+                    for k, v in run.roles.actor.group.rank.actor.model.state_dict().items())
         assert moved > 1e-3  # far past assert_engine_holds' tolerance
-        assert isinstance(run.engine.group.rank.engine, VllmEngine)
-        assert_engine_holds(run.engine.group.rank.engine, run.actor.group.rank.actor.model)
+        assert isinstance(run.roles.engine.group.rank.engine, VllmEngine)
+        assert_engine_holds(run.roles.engine.group.rank.engine, run.roles.actor.group.rank.actor.model)
     finally:
         run.close()
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]

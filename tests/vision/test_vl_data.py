@@ -172,7 +172,8 @@ def test_image_prompts_on_the_ray_backend_need_a_frozen_tower(tmp_path, encoder)
 
 
 def test_pixel_bounds_are_checked_with_the_config():
-    from thinkrl.config import load_config, validate
+    from thinkrl.config import load_config
+    from thinkrl.config.checks import validate
 
     base = ["actor_rollout_ref.rollout.n=2"]
     validate(load_config(None, base + ["data.min_pixels=3136", "data.max_pixels=802816"]))

@@ -184,7 +184,7 @@ def test_dapo_batches_concatenate_with_their_images_and_positions(vl):
     # DAPO's dynamic sampling joins generation batches of different prompt
     # widths (and a batch may hold no image at all): the joined record must
     # still give each row the positions get_rope_index gives its sequence.
-    from thinkrl.dynamic_sampling import ScoredRollouts, _concat
+    from thinkrl.stages.sampling import ScoredRollouts, _concat
     from thinkrl.rewards.scorer import ScoreResult
 
     model, tokenizer, encoder = vl

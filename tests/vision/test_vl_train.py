@@ -161,19 +161,19 @@ def test_image_and_text_prompts_on_two_ray_ranks_equal_one_process(asset_cache, 
     local = build_run(cfg("local"), log=lambda *_: None)
     sharded = build_run(cfg("ray", "trainer.n_gpus_per_node=2"), log=lambda *_: None)
     try:
-        assert sharded.actor.group.world_size == 2
-        prompts = local.train_loader.next_batch()
+        assert sharded.roles.actor.group.world_size == 2
+        prompts = local.state.train_loader.next_batch()
         assert [len(g) for g in prompts.model_inputs.image_grid_thw] == [1, 1, 0, 0]
-        rollouts = local.engine.generate(prompts, local.sampling)
+        rollouts = local.roles.engine.generate(prompts, local.spec.sampling)
         seqs, r = rollouts.sequences(), rollouts.response_ids.shape[1]
         images = {"model_inputs": rollouts.model_inputs}
-        old_local = local.actor.compute_log_prob(*seqs, response_length=r, **images)
-        old_ray = sharded.actor.compute_log_prob(*seqs, response_length=r, **images)
+        old_local = local.roles.actor.compute_log_prob(*seqs, response_length=r, **images)
+        old_ray = sharded.roles.actor.compute_log_prob(*seqs, response_length=r, **images)
         torch.testing.assert_close(old_ray, old_local, rtol=0, atol=1e-5)
-        ref_ray = sharded.reference.compute_ref_log_prob(*seqs, response_length=r, **images)
+        ref_ray = sharded.roles.reference.compute_ref_log_prob(*seqs, response_length=r, **images)
         torch.testing.assert_close(ref_ray, old_local, rtol=0, atol=1e-5)
         # the engine of rank 0 alone (prompts 0-1, with images) and rank 1 (text)
-        ray_rollouts = sharded.engine.generate(prompts, sharded.sampling)
+        ray_rollouts = sharded.roles.engine.generate(prompts, sharded.spec.sampling)
         assert len(ray_rollouts) == len(rollouts)
 
         advantages = torch.randn(len(rollouts), 1, generator=torch.Generator().manual_seed(0))
@@ -181,12 +181,12 @@ def test_image_and_text_prompts_on_two_ray_ranks_equal_one_process(asset_cache, 
                            advantages=advantages.expand(-1, r) * rollouts.response_mask,
                            old_logprobs=old_local, ref_logprobs=old_local,
                            model_inputs=rollouts.model_inputs)
-        m_local = local.actor.update_policy(batch)
-        m_ray = sharded.actor.update_policy(batch)
+        m_local = local.roles.actor.update_policy(batch)
+        m_ray = sharded.roles.actor.update_policy(batch)
         for key in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm"):
             assert m_ray[key] == pytest.approx(m_local[key], rel=1e-5, abs=1e-7), key
-        after = sharded.actor.full_weights()
-        for name, tensor in local.actor.group.rank.actor.model.state_dict().items():
+        after = sharded.roles.actor.full_weights()
+        for name, tensor in local.roles.actor.group.rank.actor.model.state_dict().items():
             torch.testing.assert_close(after[name], tensor, rtol=0, atol=1e-5, msg=name)
     finally:
         local.close()

@@ -9,7 +9,8 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from thinkrl.algos.losses import LOSS_AGG_MODES
-from thinkrl.config.schema import POLICY_LOSS_MODES, ActorConfig, PolicyLossConfig
+from thinkrl.config.choices import POLICY_LOSS_MODES
+from thinkrl.config.schema import ActorConfig, PolicyLossConfig
 from thinkrl.records import TrainBatch
 from thinkrl.workers.actor import ActorWorker
 from thinkrl.workers.learner import UpdateSpec

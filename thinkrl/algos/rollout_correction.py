@@ -14,7 +14,8 @@ Shapes: N responses, R response tokens; `mask` [N, R] is 1 on response tokens.
 
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
+
 from torch import Tensor
 
 # exp() of a log-ratio beyond this is inf in float32; such a token is far
@@ -45,6 +46,16 @@ def logprob_gap_metrics(rollout_logprobs: Tensor, trainer_logprobs: Tensor, mask
     return {"rollout/logprob_diff_mean": float(gap.mean()),
             "rollout/logprob_diff_max": float(gap.max()),
             "rollout/probs_corr": corr}
+
+
+@dataclass(frozen=True)
+class RolloutCorrection:
+    """The settings of `rollout_is_weights` (verl's algorithm.rollout_is_threshold,
+    rollout_is_level, rollout_is_mode)."""
+
+    threshold: float
+    level: str = "token"
+    mode: str = "truncate"
 
 
 def rollout_is_weights(trainer_logprobs: Tensor, rollout_logprobs: Tensor, mask: Tensor, *,

@@ -32,7 +32,6 @@ import hashlib
 import json
 import random
 import time
-from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
@@ -44,6 +43,7 @@ from thinkrl.checkpoint.store import MARKER, atomic_checkpoint, kept_on_disk, ro
 from thinkrl.config.loading import config_to_dict
 from thinkrl.errors import RunStopped
 from thinkrl.models.vision import copy_processor_files
+from thinkrl.run import Progress, Run
 
 FORMAT = 1
 TRAINER_STATE_FILE = "trainer_state.pt"
@@ -51,13 +51,6 @@ CONFIG_FILE = "config.yaml"
 # Keys that say where the run lives and what it resumes from: they may differ
 # between a run and its exact continuation.
 _PLACE_KEYS = ("trainer.resume_mode", "trainer.resume_from_path", "trainer.default_local_dir")
-
-
-@dataclass
-class Progress:
-    """Where the training loop stands after a step."""
-    step: int = 0
-    skipped_updates_in_a_row: int = 0
 
 
 def thinkrl_version() -> str:
@@ -82,73 +75,74 @@ def flat_config(tree: dict, prefix: str = "") -> dict:
     return flat
 
 
-def save_checkpoint(run, progress: Progress, *, log=print) -> Path:
+def save_checkpoint(run: Run, progress: Progress, *, log=print) -> Path:
     """Write step `progress.step` of `run` atomically, then apply
     trainer.max_actor_ckpt_to_keep. Returns the checkpoint folder."""
-    bad = run.actor.weight_stats()["nonfinite"]
+    bad = run.roles.actor.weight_stats()["nonfinite"]
     if bad:  # never a checkpoint that cannot be resumed from
         raise RunStopped(f"step {progress.step}: not saving a checkpoint: {len(bad)} weight tensor(s) "
-                         f"hold NaN or inf (first: {bad[0]}). {kept_on_disk(run.run_dir)} Lower "
+                         f"hold NaN or inf (first: {bad[0]}). {kept_on_disk(run.spec.run_dir)} Lower "
                          "actor_rollout_ref.actor.optim.lr or check the rewards.")
     start = time.perf_counter()
     meta = {"format": FORMAT, "step": progress.step, "thinkrl_version": thinkrl_version(),
-            "config_sha256": config_digest(run.cfg)}
-    actor_state = run.actor.state_dict()
-    with atomic_checkpoint(run.run_dir, progress.step, meta) as tmp:
-        run.actor.save(tmp)  # weights and optimizer, whole or sharded (checkpoint.sharded)
-        if run.critic is not None:
-            run.critic.save(tmp)
-        run.tokenizer.save_pretrained(tmp / ACTOR_DIR)
-        copy_processor_files(run.model_path, tmp / ACTOR_DIR)  # VL: the image processor
+            "config_sha256": config_digest(run.spec.cfg)}
+    actor_state = run.roles.actor.state_dict()
+    with atomic_checkpoint(run.spec.run_dir, progress.step, meta) as tmp:
+        run.roles.actor.save(tmp)  # weights and optimizer, whole or sharded (checkpoint.sharded)
+        if run.roles.critic is not None:
+            run.roles.critic.save(tmp)
+        run.spec.tokenizer.save_pretrained(tmp / ACTOR_DIR)
+        copy_processor_files(run.spec.model_path, tmp / ACTOR_DIR)  # VL: the image processor
         torch.save(_trainer_state(run, progress, actor_state), tmp / TRAINER_STATE_FILE)
         with (tmp / CONFIG_FILE).open("w") as f:
-            yaml.safe_dump(config_to_dict(run.cfg), f, sort_keys=False)
-    folder = run.run_dir / f"global_step_{progress.step}"
+            yaml.safe_dump(config_to_dict(run.spec.cfg), f, sort_keys=False)
+    folder = run.spec.run_dir / f"global_step_{progress.step}"
     log(f"saved checkpoint {folder} ({time.perf_counter() - start:.2f} s)")
-    rotate(run.run_dir, keep=run.cfg.trainer.max_actor_ckpt_to_keep,
+    rotate(run.spec.run_dir, keep=run.spec.cfg.trainer.max_actor_ckpt_to_keep,
            current_step=progress.step, log=log)
     return folder
 
 
-def _trainer_state(run, progress: Progress, actor_state: dict) -> dict:
+def _trainer_state(run: Run, progress: Progress, actor_state: dict) -> dict:
+    kl_controller = run.state.kl_controller
     return {
         "step": progress.step,
         "skipped_updates_in_a_row": progress.skipped_updates_in_a_row,
         "actor": actor_state,  # LR schedule and mini-batch shuffle generator
-        "engine_generator": run.engine.generator_state(),
-        "loader": run.train_loader.state_dict(),
-        "kl_controller": None if run.kl_controller is None else run.kl_controller.state_dict(),
+        "engine_generator": run.roles.engine.generator_state(),
+        "loader": run.state.train_loader.state_dict(),
+        "kl_controller": None if kl_controller is None else kl_controller.state_dict(),
         "rng": capture_rng(),  # this (the driver's) process
-        "device_rng": run.actor.device_rng_states(),  # each rank's accelerator, None on a CPU
-        "critic": None if run.critic is None else run.critic.state_dict(),
+        "device_rng": run.roles.actor.device_rng_states(),  # each rank's accelerator, None on a CPU
+        "critic": None if run.roles.critic is None else run.roles.critic.state_dict(),
     }
 
 
-def load_checkpoint(run, folder: Path, *, log=print) -> Progress:
+def load_checkpoint(run: Run, folder: Path, *, log=print) -> Progress:
     """Restore every saved state of `folder` into a freshly built `run`."""
     start = time.perf_counter()
     meta = json.loads((folder / MARKER).read_text())
     if meta.get("format") != FORMAT:
         raise ValueError(f"{folder}: checkpoint format {meta.get('format')} is not the format "
                          f"{FORMAT} this thinkrl ({thinkrl_version()}) reads")
-    _note_config_changes(run.cfg, folder, meta, log=log)
+    _note_config_changes(run.spec.cfg, folder, meta, log=log)
     state = torch.load(folder / TRAINER_STATE_FILE, map_location="cpu", weights_only=True)
-    run.actor.load(folder)  # weights and optimizer, either layout, read before set
-    run.actor.load_state_dict(state["actor"])
-    if run.critic is not None:
-        run.critic.load(folder)  # refuses a checkpoint saved without a critic
-        run.critic.load_state_dict(state["critic"])
-    run.engine.set_generator_state(state["engine_generator"])
-    run.train_loader.load_state_dict(state["loader"])
-    if run.kl_controller is not None and state["kl_controller"] is not None:
-        run.kl_controller.load_state_dict(state["kl_controller"])
+    run.roles.actor.load(folder)  # weights and optimizer, either layout, read before set
+    run.roles.actor.load_state_dict(state["actor"])
+    if run.roles.critic is not None:
+        run.roles.critic.load(folder)  # refuses a checkpoint saved without a critic
+        run.roles.critic.load_state_dict(state["critic"])
+    run.roles.engine.set_generator_state(state["engine_generator"])
+    run.state.train_loader.load_state_dict(state["loader"])
+    if run.state.kl_controller is not None and state["kl_controller"] is not None:
+        run.state.kl_controller.load_state_dict(state["kl_controller"])
     restore_rng(state["rng"])
     # Checkpoints of releases before per-rank states kept the one process's device state in "rng".
-    run.actor.load_device_rng_states(state.get("device_rng") or [state["rng"].get("device")])
+    run.roles.actor.load_device_rng_states(state.get("device_rng") or [state["rng"].get("device")])
     assert state["step"] == step_of(folder), (folder, state["step"])
     log(f"restored {folder.name} ({time.perf_counter() - start:.2f} s): model, optimizer, "
-        f"LR schedule, data position (epoch {run.train_loader.epoch}, batch "
-        f"{run.train_loader.position}), RNG states")
+        f"LR schedule, data position (epoch {run.state.train_loader.epoch}, batch "
+        f"{run.state.train_loader.position}), RNG states")
     return Progress(step=state["step"], skipped_updates_in_a_row=state["skipped_updates_in_a_row"])
 
 

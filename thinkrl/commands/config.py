@@ -24,7 +24,8 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from thinkrl.config import load_config, validate
+    from thinkrl.config import load_config
+    from thinkrl.config.checks import validate
     from thinkrl.config.mindspeed import translate_file, write_recipe
 
     translation = translate_file(args.file)

@@ -126,49 +126,31 @@ def run_eval(cfg, *, log=print):
     run's own engine (native or vLLM, `actor_rollout_ref.rollout.name`),
     built by the same rank code as training's; returns the EvalResult and
     the settings that produced it."""
-    from dataclasses import replace
-
     import torch
-    from transformers import AutoConfig
 
-    from thinkrl.assets import prompt_set, run_stop_ids, run_tokenizer, val_batch_size, validation_sampling
-    from thinkrl.config.sizes import derive_sizes
+    from thinkrl.assets import run_tokenizer, val_batch_size, validation_sampling
     from thinkrl.evaluation import evaluate
-    from thinkrl.models.loading import load_generation_config
     from thinkrl.rewards.scorer import RewardScorer
     from thinkrl.workers.group import LocalGroup
     from thinkrl.workers.handles import EngineHandle
     from thinkrl.workers.policy_rank import RankSpec
 
-    arr, data = cfg.actor_rollout_ref, cfg.data
     torch.manual_seed(cfg.trainer.seed)
-    model_path = model_folder(arr.model.path, log=log)
+    model_path = model_folder(cfg.actor_rollout_ref.model.path, log=log)
     log(f"model: {model_path}")
     tokenizer = run_tokenizer(cfg, model_path)
-    template = data.val_template or data.template
-    prompts = prompt_set(cfg, tokenizer, files=data.val_files, key="--data (data.val_files)",
-                         template=template, log=log, model_path=model_path)
+    prompts = eval_prompts(cfg, tokenizer, model_path, log=log)
     reward = RewardScorer.from_config(cfg)
     reward.check_sources(p.sample.data_source for p in prompts)  # before any generation
-    trust = arr.model.trust_remote_code
-    config = AutoConfig.from_pretrained(model_path, trust_remote_code=trust,
-                                        **(arr.model.override_config or {}))
-    longest = max(len(p.ids) for p in prompts)
-    sizes = fit_response_length(cfg, derive_sizes(cfg), config, longest=longest,
-                                model_path=model_path, log=log)
-    spec = RankSpec(cfg=cfg, sizes=replace(sizes, prompt_length=longest, critic=None),
-                    model_path=model_path, total_steps=1,
-                    eos_token_ids=tuple(run_stop_ids(cfg, tokenizer,
-                                                     load_generation_config(model_path, trust))),
-                    pad_token_id=tokenizer.pad_token_id, tokenizer_size=len(tokenizer))
-    group = LocalGroup(spec)  # the policy on this device, and its engine
-    engine = EngineHandle(group, own_weights=arr.rollout.name != "native")
+    sizes = eval_sizes(cfg, model_path, longest=max(len(p.ids) for p in prompts), log=log)
+    group = LocalGroup(RankSpec.of_model(cfg, sizes, model_path, tokenizer, total_steps=1))
+    engine = EngineHandle(group, own_weights=cfg.actor_rollout_ref.rollout.name != "native")
     sampling = validation_sampling(cfg, max_tokens=sizes.response_length)
     batch_size = val_batch_size(cfg, len(prompts))
     log(f"evaluating {len(prompts)} prompts x {sampling.n} responses "
         f"({'greedy' if sampling.greedy else f'temperature {sampling.temperature}'}, "
         f"up to {sampling.max_tokens} tokens, {batch_size} prompts per batch, with "
-        f"{arr.rollout.name} on {group.rank.device})")
+        f"{cfg.actor_rollout_ref.rollout.name} on {group.rank.device})")
     try:
         with reward:
             result = evaluate(engine, prompts, tokenizer=tokenizer, sampling=sampling,
@@ -176,11 +158,44 @@ def run_eval(cfg, *, log=print):
                               on_batch=lambda done, total: log(f"  {done}/{total} prompts"))
     finally:
         group.close()
-    return result, {"model": model_path, "data": data.val_files, "template": template,
-                    "engine": arr.rollout.name, "n": sampling.n, "temperature": sampling.temperature,
-                    "top_p": sampling.top_p, "top_k": sampling.top_k, "do_sample": sampling.do_sample,
-                    "max_new_tokens": sampling.max_tokens, "batch_size": batch_size,
-                    "seed": cfg.trainer.seed, "device": str(group.rank.device)}
+    return result, eval_settings(cfg, model_path, sampling, batch_size=batch_size,
+                                 device=group.rank.device)
+
+
+def eval_prompts(cfg, tokenizer, model_path: str, *, log=print):
+    """data.val_files under data.val_template (or data.template), as training loads them."""
+    from thinkrl.assets import prompt_set
+
+    data = cfg.data
+    return prompt_set(cfg, tokenizer, files=data.val_files, key="--data (data.val_files)",
+                      template=data.val_template or data.template, log=log, model_path=model_path)
+
+
+def eval_sizes(cfg, model_path: str, *, longest: int, log=print):
+    """The run's sizes for prompts of up to `longest` tokens, the response
+    length fitted to the model's positions; no critic."""
+    from dataclasses import replace
+
+    from transformers import AutoConfig
+
+    from thinkrl.config.sizes import derive_sizes
+
+    model = cfg.actor_rollout_ref.model
+    config = AutoConfig.from_pretrained(model_path, trust_remote_code=model.trust_remote_code,
+                                        **(model.override_config or {}))
+    sizes = fit_response_length(cfg, derive_sizes(cfg), config, longest=longest,
+                                model_path=model_path, log=log)
+    return replace(sizes, prompt_length=longest, critic=None)
+
+
+def eval_settings(cfg, model_path: str, sampling, *, batch_size: int, device) -> dict:
+    """What produced the results (eval.json's "settings")."""
+    data = cfg.data
+    return {"model": model_path, "data": data.val_files, "template": data.val_template or data.template,
+            "engine": cfg.actor_rollout_ref.rollout.name, "n": sampling.n,
+            "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
+            "do_sample": sampling.do_sample, "max_new_tokens": sampling.max_tokens,
+            "batch_size": batch_size, "seed": cfg.trainer.seed, "device": str(device)}
 
 
 def fit_response_length(cfg, sizes, config, *, longest: int, model_path: str, log=print):

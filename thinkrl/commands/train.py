@@ -40,7 +40,7 @@ def run(args) -> int:
 
 def preflight(cfg, *, log, extra: list = ()) -> None:
     """The doctor's checks: print what is not ok; raise ValueError on a failure."""
-    from thinkrl.config import validate
+    from thinkrl.config.checks import validate
     from thinkrl.doctor import diagnose, has_failure
     from thinkrl.doctor.report import listing
 

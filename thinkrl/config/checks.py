@@ -14,11 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from thinkrl.config.choices import (KL_ESTIMATORS, LOSS_AGG_MODES, REWARD_SCORERS, TEMPLATES,
-                                    divisors, near_divisors)
+from thinkrl.config.choices import (ADV_ESTIMATORS, KL_ESTIMATORS, LOSS_AGG_MODES,
+                                    POLICY_LOSS_MODES, REWARD_SCORERS, TEMPLATES, divisors,
+                                    near_divisors)
 from thinkrl.config.critic_checks import critic_problems
 from thinkrl.config.keys import ARR, shown, value_at
-from thinkrl.config.schema import ADV_ESTIMATORS, POLICY_LOSS_MODES, Config
+from thinkrl.config.schema import Config
 from thinkrl.config.sizes import DerivedSizes, derive_sizes, micro_size
 from thinkrl.config.verifier_checks import reward_verifier_problems
 from thinkrl.loggers import logger_problems

@@ -1,19 +1,34 @@
-"""The values a config key may take, declared once for the checks of every
-role (`thinkrl.config.checks`, `.critic_checks`) and the code that uses them;
-and, for a size that must divide another, the nearest ones that do.
+"""The values a config key may take, each list taken from the registry that
+implements the names, so a name is declared once: where its function is
+registered. Used by the checks of every role (`thinkrl.config.checks`,
+`.critic_checks`); and, for a size that must divide another, the nearest
+ones that do.
 
-The algorithm registries (`thinkrl.algos`, `thinkrl.rewards.registry`) hold
-the functions behind these names; tests pin each list equal to its registry.
+The registries import torch (and the scorers sympy), so the config package
+itself does not import this module: reward workers import the schema only.
 """
 
 from __future__ import annotations
 
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-KL_ESTIMATORS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
-# "auto" plus thinkrl.rewards.registry.SCORER_NAMES (not imported: it loads sympy)
-REWARD_SCORERS = ("auto", "gsm8k", "math", "r1", "exact", "geo3k")
-TEMPLATES = ("chat", "qwen_r1", "r1_system", "raw")
-"""Prompt templates (`thinkrl.data.templates`): data.template, data.val_template."""
+from thinkrl.algos.advantages import ADVANTAGE_ESTIMATORS
+from thinkrl.algos.kl import KL_ESTIMATORS as _KL_ESTIMATORS
+from thinkrl.algos.losses import LOSS_AGG_MODES as _LOSS_AGG_MODES
+from thinkrl.algos.policy_losses import POLICY_LOSSES
+from thinkrl.data.templates import TEMPLATES
+from thinkrl.rewards.registry import SCORER_NAMES
+
+ADV_ESTIMATORS = tuple(ADVANTAGE_ESTIMATORS)
+"""algorithm.adv_estimator (`thinkrl.algos.advantages`)."""
+POLICY_LOSS_MODES = tuple(POLICY_LOSSES)
+"""actor.policy_loss.loss_mode (`thinkrl.algos.policy_losses`)."""
+LOSS_AGG_MODES = tuple(_LOSS_AGG_MODES)
+"""actor.loss_agg_mode, critic.loss_agg_mode (`thinkrl.algos.losses`)."""
+KL_ESTIMATORS = tuple(_KL_ESTIMATORS)
+"""algorithm.kl_penalty, actor.kl_loss_type (`thinkrl.algos.kl`, aliases included)."""
+REWARD_SCORERS = ("auto", *SCORER_NAMES)
+"""reward.scorer: by data_source, or one built-in scorer (`thinkrl.rewards.registry`)."""
+__all__ = ["ADV_ESTIMATORS", "KL_ESTIMATORS", "LOSS_AGG_MODES", "POLICY_LOSS_MODES",
+           "REWARD_SCORERS", "TEMPLATES", "divisors", "near_divisors"]
 
 
 def divisors(n: int) -> list[int]:

@@ -36,7 +36,7 @@ def inactive_settings(cfg: Config) -> list[str]:
     default = Config()
     notes: list[str] = []
     for family in (_engine_notes, _backend_notes, _model_and_data_notes, _critic_notes,
-                   _algorithm_notes, _loss_notes):
+                   _algorithm_notes, _loss_notes, _optim_notes):
         for keys, why in family(cfg):
             notes.extend(f"{key}={shown(value_at(cfg, key))} has no effect: {why}" for key in keys
                          if value_at(cfg, key) != value_at(default, key))
@@ -153,4 +153,18 @@ def _loss_notes(cfg: Config) -> Notes:
         notes.append(((f"{ARR}.actor.kl_loss_coef", f"{ARR}.actor.kl_loss_type"), "actor.use_kl_loss is False"))
     if actor.clip_ratio_low is not None and actor.clip_ratio_high is not None:
         notes.append(((f"{ARR}.actor.clip_ratio",), "clip_ratio_low and clip_ratio_high are both set"))
+    return notes
+
+
+def _optim_notes(cfg: Config) -> Notes:
+    """A zero learning rate is accepted (a dry run of sampling and scoring may
+    want it) but said: the weights never change."""
+    notes = []
+    if cfg.actor_rollout_ref.actor.optim.lr == 0:
+        notes.append(((f"{ARR}.actor.optim.lr",), "a zero learning rate never changes the policy: "
+                      "the run samples and scores but learns nothing; set a positive lr (e.g. 1e-6 "
+                      "for a 7B model, the tiny recipe's 2e-4) unless that is what you want"))
+    if cfg.algorithm.adv_estimator == "gae" and cfg.critic.optim.lr == 0:
+        notes.append((("critic.optim.lr",), "a zero learning rate never changes the critic, whose "
+                      "values then stay those of its initial weights; set a positive lr"))
     return notes

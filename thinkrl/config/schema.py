@@ -20,11 +20,6 @@ from thinkrl.config.schema_critic import (  # noqa: F401
     CriticConfig, CriticModelConfig, CriticOptimConfig)
 
 
-ADV_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "opo",
-                  "grpo_passk", "gpg", "remax", "gae")
-"""``algorithm.adv_estimator`` choices; ``thinkrl.algos.advantages`` registers one function per name."""
-POLICY_LOSS_MODES = ("vanilla", "gspo", "sapo", "gpg", "clip_cov", "kl_cov", "geo_mean", "cispo")
-"""``actor.policy_loss.loss_mode`` choices; ``thinkrl.algos.policy_losses`` registers one function per name."""
 FILTER_GROUPS_METRICS = ("acc", "score", "seq_reward", "seq_final_reward")
 """``algorithm.filter_groups.metric`` names with a fixed meaning; any other name is a part the
 reward function reports beside its score (e.g. r1's "accuracy")."""
@@ -130,7 +125,7 @@ class FilterGroupsConfig:
 class AlgorithmConfig:
     """Advantage estimation and KL-in-reward."""
     adv_estimator: str = "grpo"
-    """Advantage estimator, one of ``ADV_ESTIMATORS`` (see the README's algorithm table)."""
+    """Advantage estimator, one of ``thinkrl.config.choices.ADV_ESTIMATORS`` (see the README's algorithm table)."""
     gamma: float = 1.0
     """Discount factor per token (gae, reinforce_plus_plus; GRPO scores whole responses)."""
     lam: float = 1.0

@@ -104,7 +104,7 @@ class ModelConfig:
 class PolicyLossConfig:
     """Which policy loss the actor minimises, and the settings of the covariance-based ones."""
     loss_mode: str = "vanilla"
-    """One of ``POLICY_LOSS_MODES``: vanilla (PPO clip + dual clip), gspo, sapo, gpg, clip_cov, kl_cov,
+    """One of ``thinkrl.config.choices.POLICY_LOSS_MODES``: vanilla (PPO clip + dual clip), gspo, sapo, gpg, clip_cov, kl_cov,
     geo_mean (GMPO), cispo. See the README's algorithm table."""
     clip_cov_ratio: float = 0.0002
     """clip_cov: fraction of response tokens whose gradient is dropped."""

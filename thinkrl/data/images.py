@@ -183,7 +183,7 @@ def check_image_backend(cfg, prompts) -> None:
     FSDP2 then gathers it with the root on every rank (a rank whose rows hold
     no image never calls it), and no rank's gradient for it can be missing
     from the others' reduction. Text prompts on a VL model need nothing."""
-    from thinkrl.config import execution_backend
+    from thinkrl.config.checks import execution_backend
     from thinkrl.errors import SetupError
 
     if execution_backend(cfg) != "ray" or cfg.actor_rollout_ref.model.freeze_vision_tower:

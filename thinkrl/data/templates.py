@@ -42,8 +42,8 @@ response, where the R1 rewards and MindSpeed-RL's verifiers check it.
 
 from __future__ import annotations
 
-from thinkrl.config.choices import TEMPLATES
-
+TEMPLATES = ("chat", "qwen_r1", "r1_system", "raw")
+"""data.template, data.val_template: the renderers of `render_prompt`."""
 R1_INSTRUCTION = (
     "A conversation between User and Assistant. The user asks a question, and the Assistant "
     "solves it. The assistant first thinks about the reasoning process in the mind and then "

@@ -17,7 +17,7 @@ from thinkrl.errors import problem_and_fix
 
 def check_validate(ctx: DoctorContext) -> list[CheckResult]:
     """Every cross-field rule of the config, one row per problem."""
-    from thinkrl.config import validate
+    from thinkrl.config.checks import validate
 
     try:
         sizes = validate(ctx.cfg)
@@ -41,7 +41,7 @@ def _split_problem(problem: str) -> tuple[str, str]:
 def check_backend(ctx: DoctorContext) -> CheckResult:
     """What this release can run: the same function `build_run` calls."""
 
-    from thinkrl.config import execution_backend
+    from thinkrl.config.checks import execution_backend
 
     trainer = ctx.cfg.trainer
     try:
@@ -96,7 +96,7 @@ def check_rollout_parallel(ctx: DoctorContext) -> CheckResult:
                     f"tensor_model_parallel_size={_largest_divisor(per_node, tp)} "
                     "pipeline_model_parallel_size=1)")
     from thinkrl.rollout.vllm_engine import engine_parallel_problem
-    from thinkrl.config import execution_backend
+    from thinkrl.config.checks import execution_backend
     problem = engine_parallel_problem(rollout, execution_backend(ctx.cfg))
     if problem is not None:
         return fail("config/rollout-parallel", found + ": " + problem[0], problem[1])

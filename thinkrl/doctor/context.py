@@ -17,7 +17,7 @@ from typing import Any
 
 from thinkrl import builtin
 from thinkrl.assets import tokenizer_options, tokenizer_path
-from thinkrl.config import validate
+from thinkrl.config.checks import validate
 from thinkrl.config.schema import Config
 from thinkrl.models.loading import load_tokenizer
 

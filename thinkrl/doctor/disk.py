@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from thinkrl.assets import total_training_steps
-from thinkrl.config import execution_backend
+from thinkrl.config.checks import execution_backend
 from thinkrl.doctor.context import DoctorContext, NotChecked
 from thinkrl.doctor.core import CheckResult, fail, gib, ok, warn
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from thinkrl.assets import val_batch_size
-from thinkrl.config import execution_backend
+from thinkrl.config.checks import execution_backend
 from thinkrl.doctor.context import DoctorContext, NotChecked
 from thinkrl.doctor.core import CheckResult, fail, gib, ok, warn
 

@@ -24,8 +24,6 @@ from thinkrl.config.schema import RewardConfig
 
 Scorer = Callable[[str, str, dict | None], "float | dict[str, float]"]
 
-SCORER_NAMES = ("gsm8k", "math", "r1", "exact", "geo3k")
-
 # data_source -> scorer name. verl's default_compute_score routes the same
 # names to its gsm8k and math scorers (math_dapo, numina_* and aime* to its
 # other math checkers; here all math goes through math-verify).
@@ -92,6 +90,8 @@ def _geo3k(response: str, ground_truth: str, extra_info: dict | None = None, *,
 
 
 _BUILTIN = {"gsm8k": _gsm8k, "math": _math, "r1": _r1, "exact": _exact, "geo3k": _geo3k}
+SCORER_NAMES = tuple(_BUILTIN)
+"""The built-in scorers (reward.scorer, besides "auto")."""
 
 
 @functools.lru_cache(maxsize=64)

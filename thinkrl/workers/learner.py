@@ -28,7 +28,7 @@ from torch import Tensor
 
 from thinkrl.algos.losses import LossScale
 from thinkrl.checkpoint.sharded import RoleFiles, load_role_state, save_role_shards
-from thinkrl.config import DerivedSizes
+from thinkrl.config.sizes import DerivedSizes
 from thinkrl.config.critic_checks import CriticSizes
 from thinkrl.config.schema import ActorConfig, CriticConfig, OptimConfig
 from thinkrl.models.forward import idle_pass

@@ -23,10 +23,12 @@ from pathlib import Path
 
 import torch
 
-from thinkrl.assets import sampling_seed
+from thinkrl.assets import run_stop_ids, sampling_seed
 from thinkrl.checkpoint.state import device_rng_state, set_device_rng_state
-from thinkrl.config import Config, DerivedSizes
-from thinkrl.models.loading import causal_lm_skeleton, check_model_fits, load_causal_lm
+from thinkrl.config import Config
+from thinkrl.config.sizes import DerivedSizes
+from thinkrl.models.loading import (causal_lm_skeleton, check_model_fits, load_causal_lm,
+                                    load_generation_config)
 from thinkrl.models.vision import apply_model_settings, unsplit_modules
 from thinkrl.parallel import fsdp
 from thinkrl.parallel.device import (autocast, bind_rank_device, compute_dtype, empty_cache,
@@ -67,6 +69,17 @@ class RankSpec:
     @property
     def sampling_seed(self) -> int:
         return sampling_seed(self.cfg, rank=self.rank)
+
+    @classmethod
+    def of_model(cls, cfg: Config, sizes: DerivedSizes, model_path: str, tokenizer, *,
+                 total_steps: int, with_reference: bool = False) -> "RankSpec":
+        """The spec of rank 0 for the model at `model_path` (its stop ids read
+        from its generation config): one set-up for training and `thinkrl eval`."""
+        trust = cfg.actor_rollout_ref.model.trust_remote_code
+        stops = run_stop_ids(cfg, tokenizer, load_generation_config(model_path, trust))
+        return cls(cfg=cfg, sizes=sizes, model_path=model_path, total_steps=total_steps,
+                   eos_token_ids=tuple(stops), pad_token_id=tokenizer.pad_token_id,
+                   tokenizer_size=len(tokenizer), with_reference=with_reference)
 
 
 class PolicyRank:

@@ -7,18 +7,16 @@ every generation batch keeps only its odd prompts.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 import torch
 
 from thinkrl.config.schema import Config
 from thinkrl.assets import generation_batch_size
-from thinkrl.dynamic_sampling import build_sampler, filter_values
 from thinkrl.metrics import StageTimer
 from thinkrl.records import PromptBatch, Rollouts, Sample
 from thinkrl.rewards.scorer import ScoreResult
 from thinkrl.rollout.base import SamplingParams
+from thinkrl.stages.sampling import Draw, OverlongPenalty, build_sampler, filter_values
 
 N_PER_PROMPT = 2
 
@@ -68,25 +66,24 @@ class FakeReward:
         return ScoreResult(torch.tensor(scores), errors=0, timeouts=0, parts=[{} for _ in texts])
 
 
-def _run(*, train: int, gen: int, max_batches: int = 0, overlong: bool = False) -> SimpleNamespace:
+def _run(*, train: int, gen: int, max_batches: int = 0, overlong: bool = False) -> tuple[Config, Draw]:
+    """A config of dynamic sampling on `acc` and the fakes it draws from."""
     cfg = Config()
     cfg.data.train_batch_size, cfg.data.gen_batch_size = train, gen
     cfg.algorithm.filter_groups.enable = True
     cfg.algorithm.filter_groups.metric = "acc"
     cfg.algorithm.filter_groups.max_num_gen_batches = max_batches
-    if overlong:
-        buffer = cfg.reward_model.overlong_buffer
-        buffer.enable, buffer.len, buffer.penalty_factor, buffer.log = True, 2, 1.0, True
-    return SimpleNamespace(cfg=cfg, train_loader=FakeLoader(generation_batch_size(cfg)), engine=FakeEngine(),
-                           sampling=SamplingParams(n=N_PER_PROMPT), tokenizer=FakeTokenizer(), reward=FakeReward(),
-                           sizes=SimpleNamespace(response_length=4), reward_breaker=None)
+    draw = Draw(FakeEngine(), FakeLoader(generation_batch_size(cfg)), FakeReward(), FakeTokenizer(),
+                SamplingParams(n=N_PER_PROMPT),
+                overlong=OverlongPenalty(2, 1.0, max_response_length=4, log=True) if overlong else None)
+    return cfg, draw
 
 
 def test_constant_groups_are_dropped_and_more_batches_generated():
     # 4 prompts per generation batch, 2 of them mixed (1 and 3): 3 wanted -> a second batch
     # (prompts 4..7, mixed 5 and 7); the first 3 mixed prompts are kept: 1, 3, 5.
-    run = _run(train=3, gen=4)
-    out = build_sampler(run.cfg)(run, StageTimer())
+    cfg, draw = _run(train=3, gen=4)
+    out = build_sampler(cfg, draw)(StageTimer())
     assert out.metrics == {"train/num_gen_batches": 2.0, "train/num_gen_prompts": 8.0,
                            "train/num_kept_prompts": 4.0}
     r = out.rollouts
@@ -103,23 +100,23 @@ def test_constant_groups_are_dropped_and_more_batches_generated():
 
 
 def test_one_batch_is_enough_when_it_has_enough_mixed_groups():
-    run = _run(train=2, gen=4)
-    out = build_sampler(run.cfg)(run, StageTimer())
+    cfg, draw = _run(train=2, gen=4)
+    out = build_sampler(cfg, draw)(StageTimer())
     assert out.metrics["train/num_gen_batches"] == 1.0
     assert [s.index for s in out.rollouts.samples] == [1, 1, 3, 3]
 
 
 def test_too_few_mixed_groups_within_the_limit_is_an_error():
-    run = _run(train=3, gen=4, max_batches=1)
+    cfg, draw = _run(train=3, gen=4, max_batches=1)
     with pytest.raises(RuntimeError, match="max_num_gen_batches"):
-        build_sampler(run.cfg)(run, StageTimer())
-    assert run.engine.calls == 1
+        build_sampler(cfg, draw)(StageTimer())
+    assert draw.engine.calls == 1
 
 
 def test_overlong_penalty_is_added_to_scores_but_acc_filters_on_the_raw_score():
     # Limit 4, buffer 2: batch 1 responses have 2 tokens (no penalty), batch 2 have 3 (-0.5).
-    run = _run(train=3, gen=4, overlong=True)
-    out = build_sampler(run.cfg)(run, StageTimer())
+    cfg, draw = _run(train=3, gen=4, overlong=True)
+    out = build_sampler(cfg, draw)(StageTimer())
     assert out.scored.scores.tolist() == [1.0, 0.0, 1.0, 0.0, 0.5, -0.5]
     assert out.raw_scores.tolist() == [1.0, 0.0] * 3
     assert [p["overlong"] for p in out.scored.parts] == [0.0] * 4 + [1.0] * 2
@@ -128,21 +125,21 @@ def test_overlong_penalty_is_added_to_scores_but_acc_filters_on_the_raw_score():
 
 
 def test_unknown_metric_names_what_the_reward_reports():
-    run = _run(train=3, gen=4)
-    run.cfg.algorithm.filter_groups.metric = "accuracy"
+    cfg, draw = _run(train=3, gen=4)
+    cfg.algorithm.filter_groups.metric = "accuracy"
     with pytest.raises(ValueError, match="accuracy.*reports: none"):
-        build_sampler(run.cfg)(run, StageTimer())
+        build_sampler(cfg, draw)(StageTimer())
 
 
 def test_remax_scores_one_greedy_response_per_prompt_as_baseline():
     # Without dynamic sampling: one batch of 2 prompts (0 constant, 1 mixed), then a greedy
     # batch (n=1, no sampling) whose only response j=0 scores 1 for both prompts.
-    run = _run(train=2, gen=2)
-    run.cfg.algorithm.filter_groups.enable = False
-    run.cfg.algorithm.adv_estimator = "remax"
+    cfg, draw = _run(train=2, gen=2)
+    cfg.algorithm.filter_groups.enable = False
+    cfg.algorithm.adv_estimator = "remax"
     timer = StageTimer()
-    out = build_sampler(run.cfg)(run, timer)
-    greedy = run.engine.params[1]
+    out = build_sampler(cfg, draw)(timer)
+    greedy = draw.engine.params[1]
     assert (greedy.n, greedy.do_sample) == (1, False)
     assert out.reward_baselines.tolist() == [1.0] * 4  # one per response, repeated over its group
     assert "gen_max" in timer.seconds

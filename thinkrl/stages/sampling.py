@@ -20,22 +20,23 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import torch
 from torch import Tensor
 
 from thinkrl.algos.dapo import mixed_groups, overlong_penalty
 from thinkrl.config import Config
+from thinkrl.data.dataset import PromptLoader
 from thinkrl.metrics import StageTimer
 from thinkrl.records import ModelInputs, PromptBatch, Rollouts
-from thinkrl.rewards.scorer import ScoreResult
+from thinkrl.reward_watch import FailureBreaker
+from thinkrl.rewards.scorer import RewardScorer, ScoreResult
 from thinkrl.rewards.scoring import decode_responses
+from thinkrl.rollout.base import SamplingParams
+from thinkrl.workers.roles import RolloutRole
 
-if TYPE_CHECKING:
-    from thinkrl.run import Run
-
-__all__ = ["Sampler", "ScoredRollouts", "build_sampler"]
+__all__ = ["Draw", "GroupFilter", "OverlongPenalty", "Sampler", "ScoredRollouts", "build_sampler"]
 
 
 @dataclass(slots=True)
@@ -48,45 +49,84 @@ class ScoredRollouts:
     reward_baselines: Tensor | None = None  # [N] ReMax: score of the prompt's greedy response
 
 
-Sampler = Callable[["Run", StageTimer], ScoredRollouts]
+@dataclass(frozen=True)
+class OverlongPenalty:
+    """DAPO's soft overlong penalty (reward_model.overlong_buffer.*)."""
+
+    buffer_len: int
+    penalty_factor: float
+    max_response_length: int
+    log: bool
+    """Report reward/overlong_reward and reward/overlong per response."""
+
+
+@dataclass(frozen=True)
+class GroupFilter:
+    """DAPO's dynamic sampling (algorithm.filter_groups.*, data.train_batch_size)."""
+
+    metric: str
+    max_num_gen_batches: int
+    wanted: int
+    """Prompts per training step (data.train_batch_size)."""
+
+
+@dataclass(frozen=True)
+class Draw:
+    """What generating and scoring one batch of prompts needs."""
+
+    engine: RolloutRole
+    loader: PromptLoader
+    reward: RewardScorer
+    tokenizer: object
+    sampling: SamplingParams
+    overlong: OverlongPenalty | None = None
+    breaker: FailureBreaker | None = None
+    """Scoring stops once this breaker is certain to stop the run."""
+
+
+Sampler = Callable[[StageTimer], ScoredRollouts]
 """The generate-and-score stage: this step's scored responses."""
 
 
-def build_sampler(cfg: Config) -> Sampler:
+def build_sampler(cfg: Config, draw: Draw) -> Sampler:
     """The stage for `cfg`, chosen once at build: one batch per step, with
     ReMax's greedy baselines when algorithm.adv_estimator=remax, and under
     DAPO's dynamic sampling (algorithm.filter_groups.enable) as many batches
     as it takes."""
-    draw = one_batch_with_greedy_baseline if cfg.algorithm.adv_estimator == "remax" else one_batch
-    if not cfg.algorithm.filter_groups.enable:
-        return draw
-    return functools.partial(dynamic_sampling, draw=draw)
+    pick = one_batch_with_greedy_baseline if cfg.algorithm.adv_estimator == "remax" else one_batch
+    pick = functools.partial(pick, draw)
+    groups = cfg.algorithm.filter_groups
+    if not groups.enable:
+        return pick
+    return functools.partial(dynamic_sampling, pick=pick, pad_token_id=draw.tokenizer.pad_token_id,
+                             groups=GroupFilter(groups.metric, groups.max_num_gen_batches,
+                                                cfg.data.train_batch_size))
 
 
-def dynamic_sampling(run: Run, timer: StageTimer, *, draw: Sampler) -> ScoredRollouts:
-    """DAPO: batches from `draw` until data.train_batch_size prompts remain
-    whose responses differ in algorithm.filter_groups.metric; the first ones kept."""
-    groups_cfg = run.cfg.algorithm.filter_groups
-    wanted = run.cfg.data.train_batch_size
+def dynamic_sampling(timer: StageTimer, *, pick: Sampler, groups: GroupFilter,
+                     pad_token_id: int) -> ScoredRollouts:
+    """DAPO: batches from `pick` until groups.wanted prompts remain whose
+    responses differ in groups.metric; the first ones kept."""
+    wanted = groups.wanted
     kept: list[ScoredRollouts] = []
     num_kept = num_generated = batches = 0
     while num_kept < wanted:
-        limit = groups_cfg.max_num_gen_batches
+        limit = groups.max_num_gen_batches
         if 0 < limit <= batches:
             raise RuntimeError(
                 f"dynamic sampling: {batches} generation batches gave {num_kept} prompts whose "
-                f"responses differ in {groups_cfg.metric!r}, fewer than data.train_batch_size={wanted}. "
+                f"responses differ in {groups.metric!r}, fewer than data.train_batch_size={wanted}. "
                 "The prompts are too easy or too hard for the model; raise "
                 "algorithm.filter_groups.max_num_gen_batches (0: no limit) or data.gen_batch_size, "
                 "or use other data")
-        part = draw(run, timer)
+        part = pick(timer)
         batches += 1
-        values = filter_values(part, groups_cfg.metric)
+        values = filter_values(part, groups.metric)
         keep = mixed_groups(values, part.rollouts.group_ids)
         num_generated += int(part.rollouts.group_ids.unique().numel())
         num_kept += int(part.rollouts.group_ids[keep].unique().numel())
         kept.append(_select(part, keep.nonzero(as_tuple=True)[0]))
-    merged = _concat(kept, pad_token_id=run.tokenizer.pad_token_id)
+    merged = _concat(kept, pad_token_id=pad_token_id)
     # _concat numbers groups 0, 1, ... in the order they were generated: keep the first ones.
     result = _select(merged, (merged.rollouts.group_ids < wanted).nonzero(as_tuple=True)[0])
     result.metrics = {"train/num_gen_batches": float(batches),
@@ -114,53 +154,51 @@ def filter_values(part: ScoredRollouts, metric: str) -> Tensor:
     return torch.tensor([p[metric] for p in scored.parts], dtype=torch.float32)
 
 
-def one_batch(run: Run, timer: StageTimer) -> ScoredRollouts:
+def one_batch(draw: Draw, timer: StageTimer) -> ScoredRollouts:
     """One batch of prompts, generated and scored (the overlong penalty added)."""
-    return _draw(run, timer)[1]
+    return _draw(draw, timer)[1]
 
 
-def one_batch_with_greedy_baseline(run: Run, timer: StageTimer) -> ScoredRollouts:
+def one_batch_with_greedy_baseline(draw: Draw, timer: StageTimer) -> ScoredRollouts:
     """`one_batch` and ReMax's baseline for each response: the score of its
     prompt's greedy response (`greedy_baseline`)."""
-    prompts, part = _draw(run, timer)
+    prompts, part = _draw(draw, timer)
     with timer("gen_max"):
-        part.reward_baselines = greedy_baseline(run, prompts).repeat_interleave(run.sampling.n)
+        part.reward_baselines = greedy_baseline(draw, prompts).repeat_interleave(draw.sampling.n)
     return part
 
 
-def _draw(run: Run, timer: StageTimer) -> tuple[PromptBatch, ScoredRollouts]:
-    prompts = run.train_loader.next_batch()
+def _draw(draw: Draw, timer: StageTimer) -> tuple[PromptBatch, ScoredRollouts]:
+    prompts = draw.loader.next_batch()
     with timer("gen"):
-        rollouts = run.engine.generate(prompts, run.sampling)
-    # Scoring stops once the failure breaker is certain to stop the run.
-    give_up = (None if run.reward_breaker is None else
-               functools.partial(run.reward_breaker.certain, responses=len(rollouts)))
+        rollouts = draw.engine.generate(prompts, draw.sampling)
+    give_up = (None if draw.breaker is None else
+               functools.partial(draw.breaker.certain, responses=len(rollouts)))
     with timer("reward"):
-        texts = decode_responses(rollouts, run.tokenizer)
-        scored = run.reward.score(texts, rollouts.samples, give_up=give_up)
+        texts = decode_responses(rollouts, draw.tokenizer)
+        scored = draw.reward.score(texts, rollouts.samples, give_up=give_up)
     raw_scores = scored.scores
-    scored.scores = raw_scores + _penalty(run, rollouts)
-    buffer = run.cfg.reward_model.overlong_buffer
-    if buffer.enable and buffer.log:  # reported as reward/overlong_reward/mean and reward/overlong/mean
+    scored.scores = raw_scores + _penalty(draw.overlong, rollouts)
+    if draw.overlong is not None and draw.overlong.log:
+        # reported as reward/overlong_reward/mean and reward/overlong/mean
         for parts, p in zip(scored.parts, (scored.scores - raw_scores).tolist()):
             parts.update(overlong_reward=p, overlong=float(p < 0))
     return prompts, ScoredRollouts(rollouts, texts, scored, raw_scores, {})
 
 
-def _penalty(run: Run, rollouts: Rollouts) -> Tensor:
+def _penalty(overlong: OverlongPenalty | None, rollouts: Rollouts) -> Tensor:
     """[N] DAPO's overlong penalty, zeros when reward_model.overlong_buffer is off."""
-    buffer = run.cfg.reward_model.overlong_buffer
-    if not buffer.enable:
+    if overlong is None:
         return torch.zeros(len(rollouts))
-    return overlong_penalty(rollouts.response_lengths, max_response_length=run.sizes.response_length,
-                            buffer_len=buffer.len, penalty_factor=buffer.penalty_factor)
+    return overlong_penalty(rollouts.response_lengths, max_response_length=overlong.max_response_length,
+                            buffer_len=overlong.buffer_len, penalty_factor=overlong.penalty_factor)
 
 
-def greedy_baseline(run: Run, prompts: PromptBatch) -> Tensor:
+def greedy_baseline(draw: Draw, prompts: PromptBatch) -> Tensor:
     """ReMax's baseline: the score (with any overlong penalty) of one greedy response per prompt. [B]."""
-    greedy = run.engine.generate(prompts, dataclasses.replace(run.sampling, n=1, do_sample=False))
-    scored = run.reward.score(decode_responses(greedy, run.tokenizer), greedy.samples)
-    return scored.scores + _penalty(run, greedy)
+    greedy = draw.engine.generate(prompts, dataclasses.replace(draw.sampling, n=1, do_sample=False))
+    scored = draw.reward.score(decode_responses(greedy, draw.tokenizer), greedy.samples)
+    return scored.scores + _penalty(draw.overlong, greedy)
 
 
 def _select(part: ScoredRollouts, rows: Tensor) -> ScoredRollouts:
