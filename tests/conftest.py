@@ -15,6 +15,16 @@ import torch
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
+def pytest_addoption(parser) -> None:
+    parser.addoption("--deterministic", action="store_true",
+                     help="run with torch.use_deterministic_algorithms(True) (in this process)")
+
+
+def pytest_configure(config) -> None:
+    if config.getoption("--deterministic"):
+        torch.use_deterministic_algorithms(True)
+
+
 @pytest.fixture(scope="session")
 def asset_cache(tmp_path_factory) -> Path:
     """THINKRL_CACHE for the whole session, so tests never touch ~/.cache."""

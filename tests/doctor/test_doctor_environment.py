@@ -11,7 +11,7 @@ import pytest
 import torch
 from doctor_helpers import context
 
-from thinkrl.doctor.environment import check_serialization, check_vllm_ascend_nz
+from thinkrl.doctor.environment import check_network, check_serialization, check_vllm_ascend_nz
 
 
 @pytest.mark.parametrize("value", ["1", None])
@@ -84,3 +84,26 @@ def test_what_reward_workers_receive_holds_no_tensor(monkeypatch, asset_cache, t
     spotter = _TensorSpotter(io.BytesIO())
     spotter.dump(sent)
     assert spotter.tensors == []
+
+
+def test_network_one_process_opens_no_socket():
+    row = check_network(context())
+    assert row.status == "ok" and "no network sockets" in row.found
+
+
+def test_network_ray_on_one_host_stays_on_loopback():
+    row = check_network(context("trainer.backend=ray", "trainer.n_gpus_per_node=2", device_kind="cpu"))
+    assert row.status == "ok" and "every socket on 127.0.0.1" in row.found
+    assert "no listening store" in row.found and "gloo collectives on lo" in row.found
+
+
+def test_network_across_nodes_names_each_socket_and_what_pins_it():
+    overrides = ("trainer.backend=ray", "trainer.nnodes=2", "trainer.n_gpus_per_node=8",
+                 "trainer.ray_address=10.0.0.1:6379")
+    row = check_network(context(*overrides, device_kind="cuda"))
+    assert row.status == "warn" and "nccl collectives" in row.found and "no listening store" in row.found
+    assert "NCCL_SOCKET_IFNAME" in row.fix
+    pinned = check_network(context(*overrides, env={"NCCL_SOCKET_IFNAME": "ib0"}, device_kind="cuda"))
+    assert pinned.status == "ok" and "NCCL_SOCKET_IFNAME=ib0" in pinned.found
+    tcp = check_network(context(*overrides, "trainer.dist_init_method=tcp", device_kind="cuda"))
+    assert "listening on every interface" in tcp.found

@@ -50,6 +50,50 @@ def test_second_run_into_a_live_runs_folder(tiny, capsys):
         holder.wait()
 
 
+def test_lock_file_deleted_under_a_live_run(tiny, capsys):
+    """Case: thinkrl.lock deleted while a run is live (to "unstick" it), then a second run started.
+    Behaviour: refused (exit 2): the run folder itself is locked; the message says the lock file was deleted (before: both ran, each step logged twice).
+    Kept: the live run's files, untouched."""
+    import subprocess
+    import sys
+
+    run_dir, argv = tiny
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(run_dir)], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        (run_dir / LOCK_FILE).unlink()
+        before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
+        assert main(argv("trainer.total_training_steps=1", "trainer.save_freq=1")) == 2
+        err = capsys.readouterr().err
+        assert "is in use by another thinkrl run" in err and "was deleted while it ran" in err
+        after = {p.name: p.read_bytes() for p in run_dir.iterdir()}
+        assert after.pop(LOCK_FILE) == b"" and after == before  # only an empty lock file made
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_lock_of_a_live_run_on_another_host(tiny, capsys):
+    """Case: the run folder on a shared disk holds the lock record of a run on another host, touched 20 s ago.
+    Behaviour: refused (exit 2), naming that host's run and its last sign of life, and the file to delete if it is dead (before: taken over with a note).
+    Kept: the other host's lock record and every file of the folder."""
+    import json
+    import os
+
+    run_dir, argv = tiny
+    run_dir.mkdir(parents=True, exist_ok=True)
+    record = json.dumps({"pid": 4242, "host": "node-7", "started": time.time() - 3600})
+    (run_dir / LOCK_FILE).write_text(record)
+    os.utime(run_dir / LOCK_FILE, (time.time() - 20, time.time() - 20))
+    assert main(argv("trainer.total_training_steps=1")) == 2
+    err = capsys.readouterr().err
+    assert "pid 4242 on host node-7" in err and "last sign of life 20 s ago" in err
+    assert f"delete {run_dir / LOCK_FILE}" in err
+    assert (run_dir / LOCK_FILE).read_text() == record
+    assert sorted(p.name for p in run_dir.iterdir()) == [LOCK_FILE]
+
+
 def test_two_runs_started_half_a_second_apart(tiny):
     """Case: the same recipe launched twice, 0.5 s apart, into one folder.
     Behaviour: one trains (exit 0), the other is refused (exit 2) before writing anything.

@@ -187,9 +187,10 @@ class TrainerConfig:
     model included); past it the run stops naming the ranks still busy."""
     dist_init_method: str = "auto"
     """thinkrl: how ranks meet for torch.distributed: "file" (a file in the run
-    directory; one node, or nodes sharing that disk; nothing listens on the
-    network), "tcp" (a store on rank 0's node address, for several nodes) or
-    "auto" (file on one node, tcp on several)."""
+    directory, which every node must see anyway for the checkpoint shards;
+    nothing listens on the network), "tcp" (a store on rank 0's node address,
+    listening on every interface: for a file system whose locks do not work
+    across nodes) or "auto" (file)."""
     save_freq: int = -1
     """Checkpoint every this many steps and at the last step; <= 0 disables."""
     test_freq: int = -1

@@ -1,9 +1,12 @@
 """Environment checks: the device kind, environment variables the NPU stack
-reads, and torch_npu's serialization patch.
+reads, torch_npu's serialization patch, and the sockets a run opens.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from thinkrl.config.checks import execution_backend
 from thinkrl.doctor.context import DoctorContext, torch_npu_module
 from thinkrl.doctor.core import CheckResult, fail, ok, warn
 from thinkrl.rollout.vllm_engine import ascend_nz_problem
@@ -65,4 +68,41 @@ def check_serialization(ctx: DoctorContext) -> CheckResult:
               "torch's own")
 
 
-CHECKS = [check_vllm_ascend_nz, check_serialization]
+COLLECTIVES = {"cpu": ("gloo", "GLOO_SOCKET_IFNAME"), "cuda": ("nccl", "NCCL_SOCKET_IFNAME"),
+               "npu": ("hccl", "HCCL_IF_IP")}
+"""Device kind -> (the collective library between ranks, the variable that
+pins its sockets to one interface)."""
+
+
+def check_network(ctx: DoctorContext) -> CheckResult:
+    """Which sockets a run opens, and on which interface: none for one
+    process; on one host, all on 127.0.0.1; across nodes, Ray's ports, the
+    rendezvous and the collectives, with what pins each."""
+    cfg, trainer = ctx.cfg, ctx.cfg.trainer
+    if execution_backend(cfg) == "local":
+        return ok("environment/network", "one process (trainer.backend=local): no network sockets")
+    address = trainer.ray_address or ctx.env.get("RAY_ADDRESS")
+    run_dir = Path(trainer.default_local_dir).expanduser()
+    rendezvous = (f"a file under {run_dir / 'logs'} (no listening store)"
+                  if trainer.dist_init_method != "tcp" else
+                  "a TCP store on rank 0's node address at a free port, listening on every "
+                  "interface, unauthenticated (trainer.dist_init_method=tcp)")
+    library, variable = COLLECTIVES.get(ctx.device_kind, COLLECTIVES["cpu"])
+    loopback = not address or address.split(":")[0] in ("127.0.0.1", "localhost")
+    if loopback and trainer.nnodes == 1:
+        ray = "started by the run" if not address else f"joined at {address}"
+        return ok("environment/network", f"one host, every socket on 127.0.0.1: Ray ({ray}), "
+                  f"rendezvous through {rendezvous}, {library} collectives on lo")
+    pinned = ctx.env.get(variable)
+    found = (f"{trainer.nnodes} node(s) through the Ray cluster at {address or '(none given)'}: "
+             "Ray's own ports on each node's address (GCS, node manager, object store, "
+             f"workers); rendezvous through {rendezvous}; {library} collectives between ranks on ")
+    if pinned:
+        return ok("environment/network", found + f"{variable}={pinned}")
+    return warn("environment/network", found + f"the interface of each node's hostname address "
+                f"({variable} is unset)",
+                f"export {variable}=<the cluster network's interface> on every node (and start "
+                "Ray with --node-ip-address on that network) so that no rank listens elsewhere")
+
+
+CHECKS = [check_vllm_ascend_nz, check_serialization, check_network]

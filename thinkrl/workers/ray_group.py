@@ -161,11 +161,11 @@ class RayWorkerGroup:
                 "at the same path (NFS, a parallel file system)")
 
     def _rendezvous(self, method: str) -> str:
-        """Where the ranks meet: a file in the run directory (nothing listens
-        on the network) when they share a host, else a TCP store on rank 0's
-        node address."""
-        one_host = len({p["host"] for p in self.places}) == 1
-        if method == "file" or (method == "auto" and one_host):
+        """Where the ranks meet: a file in the run directory, which every
+        node sees (`_check_shared_run_dir`), so nothing listens on the network
+        (trainer.dist_init_method auto or file); or, with tcp, a store on
+        rank 0's node address."""
+        if method in ("auto", "file"):
             self.rendezvous_dir = Path(tempfile.mkdtemp(
                 prefix=".rendezvous-", dir=Path(self.log_files[0]).parent))
             return f"file://{self.rendezvous_dir}/store"
