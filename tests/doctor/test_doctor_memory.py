@@ -72,13 +72,8 @@ def test_too_little_memory_fails_naming_the_largest_term(monkeypatch):
     assert check_device(_ctx()).status == "warn"
 
 
-REFUSED_BY_THIS_RELEASE = ("rollout.name", "vllm")
-
-
-def test_every_fix_can_be_followed_in_this_release():
-    # thinkrl.preflight.check_backend refuses engines other than native.
-    for term, fix in memory.FIXES.items():
-        assert not [word for word in REFUSED_BY_THIS_RELEASE if word in fix], term
+def test_every_term_has_a_fix():
+    assert set(memory.FIXES) == set(estimate_memory(_ctx()).terms())
     assert "n_gpus_per_node" in memory.FIXES["weights"] and "FSDP2" in memory.FIXES["AdamW"]
     assert "enable_gradient_checkpointing=True" in memory.FIXES["activations"]
     assert "log_prob_micro_batch_size_per_gpu" in memory.FIXES["activations"]
@@ -106,5 +101,48 @@ def test_host_ram_on_an_accelerator_counts_loading_and_offload(monkeypatch):
     assert local.status == "fail" and "smaller model" in local.fix and "offload" not in local.fix
     monkeypatch.setattr(memory, "host_available", lambda: 10 * 2**30)
     row = check_host(_ctx("trainer.backend=ray", "actor_rollout_ref.actor.fsdp_config.optimizer_offload=True",
-                          device="cuda", param_count=10**9))  # + 8 GB of AdamW
-    assert row.status == "fail" and "offloaded AdamW" in row.found
+                          device="cuda", param_count=10**9))
+    # FSDP2's CPUOffloadPolicy moves weights, gradients and AdamW together: + 16 GB
+    assert row.status == "fail" and "offloaded actor weights, gradients and AdamW 14.9 GiB" in row.found
+    on_device = estimate_memory(_ctx("trainer.backend=ray", "actor_rollout_ref.actor.fsdp_config.param_offload=True",
+                                     device="cuda", param_count=10**9))
+    assert (on_device.weights, on_device.gradients, on_device.optimizer) == (0, 0, 0)
+
+
+def test_native_engine_on_shards_gathers_the_whole_model_for_the_rollout():
+    one = estimate_memory(_ctx())
+    two = estimate_memory(_ctx("trainer.backend=ray", "trainer.n_gpus_per_node=2"))
+    P = 100_000
+    assert (one.gathered_weights, two.gathered_weights) == (0, 4 * P)  # fp32 on a CPU
+    assert two.weights == 2 * P  # the trainer's state is sharded
+    assert two.phases["rollout"] == two.kv_cache + 4 * P
+
+
+def test_vllm_share_sleeps_through_the_updates_on_cuda_only():
+    overrides = ("actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.gpu_memory_utilization=0.4",
+                 "actor_rollout_ref.rollout.update_weights_bucket_megabytes=64")
+    gib80 = 80 * 2**30
+    e = estimate_memory(_ctx(*overrides, device="cuda"), capacity=gib80)
+    assert (e.vllm_share, e.kv_cache, e.weight_sync) == (int(0.4 * gib80), 0, 64 * 2**20)
+    assert e.phases["rollout"] == e.vllm_share + e.weight_sync
+    assert e.phases["update"] == e.gradients + e.activations  # asleep during the update
+    awake = estimate_memory(_ctx(*overrides, "actor_rollout_ref.rollout.free_cache_engine=False",
+                                 device="cuda"), capacity=gib80)
+    assert awake.phases["update"] == awake.gradients + awake.activations + awake.vllm_share
+    assert awake.peak == awake.resident + max(awake.phases.values())
+
+
+def test_host_counts_the_weights_of_sleeping_vllm_engines(monkeypatch):
+    monkeypatch.setattr(memory, "host_available", lambda: 100 * 2**30)
+    row = check_host(_ctx("trainer.backend=ray", "trainer.n_gpus_per_node=2",
+                          "actor_rollout_ref.rollout.name=vllm", device="cuda", param_count=10**9))
+    assert "offloaded sleeping vLLM weights 3.7 GiB" in row.found  # 2 engines x 2 bytes x 1e9
+
+
+def test_a_vllm_share_too_small_for_its_own_weights_fails(monkeypatch):
+    monkeypatch.setattr(memory, "device_capacity", lambda kind: (10 * 2**30, "test device"))
+    run = ("actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.gpu_memory_utilization=0.1",
+           "actor_rollout_ref.model.dtype=bfloat16")
+    row = check_device(_ctx(*run, device="cuda", param_count=10**9))  # 2 GB of bf16 weights, 1 GiB share
+    assert row.status == "fail" and "holds not even its weights" in row.found
+    assert "tensor_model_parallel_size" in row.fix

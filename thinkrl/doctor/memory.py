@@ -30,29 +30,45 @@ fp32 terms divided by the devices FSDP shards over: 1 on the local backend):
                  critic.model.enable_gradient_checkpointing and a one-number head
                  instead of the logits)
 
+    gathered     c P          the native engine on FSDP shards: every device holds the
+    weights                   whole model, gathered once per rollout (`fsdp.gathered`)
+    vLLM share   u * D        rollout.name=vllm: the share u (rollout.gpu_memory_utilization)
+                              of the device's D bytes vLLM reserves for its weights (c P / TP)
+                              and KV cache (on a CPU: c P / TP + VLLM_CPU_KVCACHE_SPACE);
+                              the native KV term above is then 0. With sleep mode
+                              (rollout.free_cache_engine, CUDA) it is freed for the updates;
+                              without, it stays reserved beside them.
+    weight sync  B            vLLM: one bucket of whole tensors on its way into the
+                              engine (rollout.update_weights_bucket_megabytes, at least
+                              the largest tensor, c V h)
+
     peak = weights + AdamW + reference + critic
-           + max(gradients + activations, critic update, KV cache)
+           + max(gradients + activations, critic update) (+ vLLM share, awake)
+           | KV cache + gathered weights + vLLM share + weight sync (the rollout)
 
 The rollout and the two updates never overlap, so the largest phase counts.
 It is a planning estimate (within tens of percent), not a measurement.
+Per node (`check_host`): the fp32 weights pass through rank 0's host once
+(the other ranks receive their shards), plus whatever is offloaded there:
+the FSDP offload flags' shards, and the weights of every sleeping vLLM
+engine of the node (sleep level 1 moves them to the host).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from thinkrl.assets import val_batch_size
 from thinkrl.config.checks import execution_backend
 from thinkrl.doctor.context import DoctorContext, NotChecked
 from thinkrl.doctor.core import CheckResult, fail, gib, ok, warn
+from thinkrl.rollout.vllm_engine import sleeps
 
 WARN_FRACTION = 0.85
 _ARR = "actor_rollout_ref"
 _ONE_DEVICE = ("one device holds all of it; with more devices (trainer.n_gpus_per_node, "
                "trainer.nnodes) FSDP2 shards it over them")
 FIXES = {
-    # Only what the native engine accepts now (thinkrl.preflight.check_backend
-    # refuses other engines).
     "weights": f"use a smaller model ({_ARR}.model.path): fp32 weights, gradients and AdamW "
                f"take 16 bytes per parameter and {_ONE_DEVICE}",
     "AdamW": f"use a smaller model ({_ARR}.model.path): AdamW's two fp32 moments take 8 bytes "
@@ -78,6 +94,13 @@ FIXES = {
                 "validation data.val_batch_size x rollout.val_kwargs.n, or rollout.max_num_seqs "
                 "when data.val_batch_size is unset (lower those); or shorten "
                 "data.max_response_length",
+    "gathered weights": f"the native engine gathers the whole model on every device for the "
+                        f"rollout: use {_ARR}.rollout.name=vllm with "
+                        f"{_ARR}.rollout.tensor_model_parallel_size > 1, or a smaller model",
+    "vLLM share": f"lower {_ARR}.rollout.gpu_memory_utilization, or keep "
+                  f"{_ARR}.rollout.free_cache_engine=True (sleep mode frees the share during "
+                  f"the updates), or raise {_ARR}.rollout.tensor_model_parallel_size",
+    "weight sync": f"lower {_ARR}.rollout.update_weights_bucket_megabytes",
 }
 
 
@@ -96,20 +119,46 @@ class MemoryEstimate:
     """The value model's weights and AdamW state (PPO with a critic)."""
     critic_update: int = 0
     """The critic's gradients and the activations of one critic micro-batch."""
+    gathered_weights: int = 0
+    """The native engine's whole-model copy on FSDP shards, during the rollout."""
+    vllm_share: int = 0
+    """vLLM's reserved memory (its weights and KV cache)."""
+    vllm_weights: int = 0
+    """vLLM's own copy of the weights (c P / TP), inside its share."""
+    vllm_awake_in_training: bool = False
+    """No sleep mode: vLLM's share stays reserved during the updates."""
+    weight_sync: int = 0
+    """One bucket of whole tensors on its way into vLLM."""
+
+    @property
+    def resident(self) -> int:
+        """What stays on the device the whole run."""
+        return self.weights + self.optimizer + self.reference + self.critic
+
+    @property
+    def phases(self) -> dict[str, int]:
+        """The bytes each phase adds to `resident`: the actor's update, the
+        critic's, the rollout (the largest counts)."""
+        awake = self.vllm_share if self.vllm_awake_in_training else 0
+        return {"update": self.gradients + self.activations + awake,
+                "critic update": self.critic_update + awake,
+                "rollout": self.kv_cache + self.gathered_weights + self.vllm_share + self.weight_sync}
 
     @property
     def peak(self) -> int:
-        return self.weights + self.optimizer + self.reference + self.critic + max(
-            self.gradients + self.activations, self.critic_update, self.kv_cache)
+        return self.resident + max(self.phases.values())
 
     def terms(self) -> dict[str, int]:
         return {"weights": self.weights, "gradients": self.gradients, "AdamW": self.optimizer,
                 "reference": self.reference, "critic": self.critic, "activations": self.activations,
-                "critic update": self.critic_update, "KV cache": self.kv_cache}
+                "critic update": self.critic_update, "KV cache": self.kv_cache,
+                "gathered weights": self.gathered_weights, "vLLM share": self.vllm_share,
+                "weight sync": self.weight_sync}
 
 
-def estimate_memory(ctx: DoctorContext) -> MemoryEstimate:
-    """The formulas of the module docstring for this run."""
+def estimate_memory(ctx: DoctorContext, *, capacity: int | None = None) -> MemoryEstimate:
+    """The formulas of the module docstring for this run; `capacity`: the
+    device's bytes (vLLM reserves a share of it; measured when not given)."""
     cfg, sizes, params = ctx.cfg, ctx.sizes, ctx.param_count
     config = ctx.model_config
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
@@ -149,12 +198,46 @@ def estimate_memory(ctx: DoctorContext) -> MemoryEstimate:
     seqs = -(-max(train_seqs, val_seqs) // shards)
     kv = 2 * layers * kv_heads * head_dim * s * seqs * c + seqs * vocab * 4
     with_ref = arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
-    return MemoryEstimate(weights=4 * params // shards, gradients=4 * params // shards,
-                          optimizer=8 * params // shards,
-                          # kept in the compute dtype on accelerators (fp32 on a CPU)
-                          reference=((4 if not accelerator else c) * params // shards) if with_ref else 0,
-                          activations=activations, kv_cache=int(kv), sequences=seqs,
-                          critic=critic, critic_update=critic_update)
+    # On an accelerator, any fsdp_config offload flag moves the role's sharded
+    # weights (and the actor's gradients and AdamW) to the host (FSDP2's
+    # CPUOffloadPolicy keeps the three together; `check_host` counts them there).
+    actor_on_device = 0 if offloaded(cfg, arr.actor.fsdp_config, accelerator) else 1
+    ref_on_device = 0 if offloaded(cfg, arr.ref.fsdp_config, accelerator) else 1
+    estimate = MemoryEstimate(
+        weights=actor_on_device * 4 * params // shards,
+        gradients=actor_on_device * 4 * params // shards,
+        optimizer=actor_on_device * 8 * params // shards,
+        # kept in the compute dtype on accelerators (fp32 on a CPU)
+        reference=ref_on_device * ((4 if not accelerator else c) * params // shards) if with_ref else 0,
+        activations=activations, kv_cache=int(kv), sequences=seqs,
+        critic=critic, critic_update=critic_update)
+    if arr.rollout.name == "native":
+        return replace(estimate, gathered_weights=c * params if shards > 1 else 0)
+    return replace(estimate, kv_cache=0, **_vllm_terms(ctx, c=c, params=params, hidden=h, vocab=vocab,
+                                                       capacity=capacity))
+
+
+def offloaded(cfg, fsdp_config, accelerator: bool) -> bool:
+    """A role's shards live on the host: the ray backend on an accelerator
+    with any of verl's three offload flags (as `PolicyRank` maps them)."""
+    return accelerator and execution_backend(cfg) == "ray" and (
+        fsdp_config.param_offload or fsdp_config.optimizer_offload or fsdp_config.offload_policy)
+
+
+def _vllm_terms(ctx: DoctorContext, *, c: int, params: int, hidden: int, vocab: int,
+                capacity: int | None) -> dict:
+    """vLLM's share of the device, whether it sleeps, the weight sync's bucket."""
+    rollout = ctx.cfg.actor_rollout_ref.rollout
+    if ctx.device_kind == "cpu":  # its own weights and a KV space of VLLM_CPU_KVCACHE_SPACE GiB
+        kv_space = float(ctx.env.get("VLLM_CPU_KVCACHE_SPACE", 1)) * 2**30
+        share = c * params // rollout.tensor_model_parallel_size + int(kv_space)
+    else:
+        capacity = capacity if capacity is not None else device_capacity(ctx.device_kind)[0]
+        share = int(rollout.gpu_memory_utilization * capacity)
+    bucket = max(rollout.update_weights_bucket_megabytes * 2**20, c * vocab * hidden)
+    return {"vllm_share": share, "weight_sync": bucket,
+            "vllm_weights": c * params // rollout.tensor_model_parallel_size,
+            "vllm_awake_in_training": not sleeps(ctx.cfg, ctx.device_kind)}
 
 
 def host_available() -> int:
@@ -186,19 +269,47 @@ def device_capacity(kind: str) -> tuple[int, str]:
 
 def check_device(ctx: DoctorContext) -> CheckResult:
     """Estimated peak per device against the device's memory."""
-    estimate = estimate_memory(ctx)
     capacity, measured = device_capacity(ctx.device_kind)
+    estimate = estimate_memory(ctx, capacity=capacity)
     terms = estimate.terms()
     largest = max(terms, key=terms.get)
     listed = ", ".join(f"{name} {gib(value)}" for name, value in terms.items() if value)
     fraction = estimate.peak / capacity if capacity else float("inf")
     found = (f"~{gib(estimate.peak)} peak of {gib(capacity)} {measured} ({100 * fraction:.0f}%): {listed}; "
              f"{estimate.sequences} sequences generated at once; largest: {largest}")
+    if estimate.vllm_share and estimate.vllm_weights >= estimate.vllm_share:
+        return fail("memory/device", found + f"; vLLM's share holds not even its weights "
+                    f"({gib(estimate.vllm_weights)})",
+                    f"raise {_ARR}.rollout.tensor_model_parallel_size (each engine then holds "
+                    f"1/TP of the weights) or {_ARR}.rollout.gpu_memory_utilization")
     if fraction > 1:
         return fail("memory/device", found, FIXES[largest])
     if fraction > WARN_FRACTION:
         return warn("memory/device", found, FIXES[largest])
     return ok("memory/device", found)
+
+
+def host_need(ctx: DoctorContext) -> tuple[int, list[str]]:
+    """Host RAM of the busiest node beside accelerators (rank 0's: it reads
+    the fp32 weights once), and its parts."""
+    cfg, params = ctx.cfg, ctx.param_count
+    arr = cfg.actor_rollout_ref
+    need, parts = 4 * params, [f"loading {gib(4 * params)}"]
+    if execution_backend(cfg) == "ray":  # this node holds its devices' shards: 1/nnodes of each
+        on_node = params // cfg.trainer.nnodes
+        actor = offloaded(cfg, arr.actor.fsdp_config, True)
+        on_host = {"actor weights, gradients and AdamW": (actor, 16 * on_node),
+                   "reference": (offloaded(cfg, arr.ref.fsdp_config, True), 4 * on_node)}
+        rollout = arr.rollout
+        if rollout.name == "vllm" and sleeps(cfg, ctx.device_kind):  # sleep level 1: weights to host
+            engine_bytes = 4 if rollout.dtype == "float32" else 2
+            on_host["sleeping vLLM weights"] = (True, cfg.trainer.n_gpus_per_node * engine_bytes
+                                                  * params // rollout.tensor_model_parallel_size)
+        for name, (on, size) in on_host.items():
+            if on:
+                need += size
+                parts.append(f"offloaded {name} {gib(size)}")
+    return need, parts
 
 
 def check_host(ctx: DoctorContext) -> CheckResult:
@@ -207,18 +318,7 @@ def check_host(ctx: DoctorContext) -> CheckResult:
     them and the other ranks receive their shards), and offloaded roles live there."""
     if ctx.device_kind == "cpu":
         return ok("memory/host", "the device is the CPU: host RAM is memory/device")
-    cfg, params = ctx.cfg, ctx.param_count
-    arr = cfg.actor_rollout_ref
-    need, parts = 4 * params, [f"loading {gib(4 * params)}"]
-    if execution_backend(cfg) == "ray":  # this node holds its devices' shards: 1/nnodes of each
-        on_node = params // cfg.trainer.nnodes
-        offloaded = {"actor weights": (arr.actor.fsdp_config.param_offload, 4 * on_node),
-                     "AdamW": (arr.actor.fsdp_config.optimizer_offload, 8 * on_node),
-                     "reference": (arr.ref.fsdp_config.param_offload, 4 * on_node)}
-        for name, (on, size) in offloaded.items():
-            if on:
-                need += size
-                parts.append(f"offloaded {name} {gib(size)}")
+    need, parts = host_need(ctx)
     available = host_available()
     found = f"~{gib(need)} of {gib(available)} available ({', '.join(parts)})"
     fix = "free host RAM (stop other processes) or use a smaller model (actor_rollout_ref.model.path)"
