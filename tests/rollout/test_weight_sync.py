@@ -159,6 +159,21 @@ def test_engine_arguments_map_verl_keys_and_pass_engine_kwargs_through():
     assert cpu["enable_sleep_mode"] is False and cpu["enable_chunked_prefill"] is False
 
 
+def test_the_engine_computes_in_the_trainers_dtype_unless_told_otherwise():
+    # verl's default rollout dtype bfloat16 beside a float32 trainer on a CPU
+    # gave a log-prob gap of ~1e-3 nats per token (docs/benchmarks.md).
+    cfg = Config()
+
+    def dtype(kind):
+        return engine_arguments(cfg, model_path="/m", max_model_len=64, seed=0, device_kind=kind)["dtype"]
+
+    assert (dtype("cpu"), dtype("cuda")) == ("float32", "bfloat16")
+    cfg.actor_rollout_ref.model.dtype = "float16"
+    assert (dtype("cpu"), dtype("cuda")) == ("float16", "float16")
+    cfg.actor_rollout_ref.rollout.dtype = "bfloat16"  # an explicit choice wins
+    assert dtype("cpu") == "bfloat16"
+
+
 def test_asking_for_vllm_without_it_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm -> ImportError
     with pytest.raises(SetupError, match=r"thinkrl\[vllm\]"):

@@ -37,6 +37,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     f"{ARR}.actor.optim.warmup_style": ("constant", "cosine"),
     f"{ARR}.model.dtype": ("auto", "float32", "bfloat16", "float16"),
     f"{ARR}.rollout.name": ("native", "vllm", "sglang"),
+    f"{ARR}.rollout.dtype": ("auto", "float32", "bfloat16", "float16"),
     f"{ARR}.rollout.mode": ("sync",),
     "algorithm.rollout_is_level": ("token", "sequence"),
     "algorithm.rollout_is_mode": ("truncate", "mask"),

@@ -230,8 +230,12 @@ class RolloutConfig:
     """Longest prompt in tokens; None uses ``data.max_prompt_length``."""
     response_length: int | None = None
     """Longest response in tokens; None uses ``data.max_response_length``."""
-    dtype: str = "bfloat16"
-    """Engine weight dtype (vLLM/SGLang)."""
+    dtype: str = "auto"
+    """Engine dtype (vLLM): "auto" is the trainer's compute dtype (model.dtype:
+    float32 on CPU, bfloat16 on accelerators), so that the engine samples from
+    the distribution the trainer scores; "bfloat16", "float16", "float32" set it
+    (verl's default is bfloat16: beside a float32 trainer its log-probs then
+    differ by ~1e-3 nats per token, measured in docs/benchmarks.md)."""
     gpu_memory_utilization: float = 0.5
     """vLLM/SGLang: fraction of device memory for weights and KV cache."""
     ignore_eos: bool = False

@@ -62,7 +62,7 @@ from thinkrl.assets import val_batch_size
 from thinkrl.config.checks import execution_backend
 from thinkrl.doctor.context import DoctorContext, NotChecked
 from thinkrl.doctor.core import CheckResult, fail, gib, ok, warn
-from thinkrl.rollout.vllm_engine import sleeps
+from thinkrl.rollout.vllm_engine import engine_dtype, sleeps
 
 WARN_FRACTION = 0.85
 _ARR = "actor_rollout_ref"
@@ -302,7 +302,7 @@ def host_need(ctx: DoctorContext) -> tuple[int, list[str]]:
                    "reference": (offloaded(cfg, arr.ref.fsdp_config, True), 4 * on_node)}
         rollout = arr.rollout
         if rollout.name == "vllm" and sleeps(cfg, ctx.device_kind):  # sleep level 1: weights to host
-            engine_bytes = 4 if rollout.dtype == "float32" else 2
+            engine_bytes = 4 if engine_dtype(cfg, ctx.device_kind) == "float32" else 2
             on_host["sleeping vLLM weights"] = (True, cfg.trainer.n_gpus_per_node * engine_bytes
                                                   * params // rollout.tensor_model_parallel_size)
         for name, (on, size) in on_host.items():

@@ -94,7 +94,7 @@ def engine_arguments(cfg, *, model_path: str, max_model_len: int, seed: int,
     load_format = "dummy" if rollout.load_format.startswith("dummy") else rollout.load_format
     args = dict(
         model=model_path, skip_tokenizer_init=True, trust_remote_code=model.trust_remote_code,
-        dtype=rollout.dtype, seed=seed, load_format=load_format,
+        dtype=engine_dtype(cfg, device_kind), seed=seed, load_format=load_format,
         tensor_parallel_size=rollout.tensor_model_parallel_size,
         gpu_memory_utilization=rollout.gpu_memory_utilization,
         enforce_eager=rollout.enforce_eager, max_model_len=rollout.max_model_len or max_model_len,
@@ -113,6 +113,18 @@ def engine_arguments(cfg, *, model_path: str, max_model_len: int, seed: int,
         args["distributed_executor_backend"] = "external_launcher"
     args.update(dict(rollout.engine_kwargs.get("vllm") or {}))
     return args
+
+
+def engine_dtype(cfg, device_kind: str) -> str:
+    """rollout.dtype with "auto" resolved to the trainer's compute dtype
+    (model.dtype, whose "auto" is float32 on a CPU and bfloat16 elsewhere)."""
+    dtype = cfg.actor_rollout_ref.rollout.dtype
+    if dtype != "auto":
+        return dtype
+    model = cfg.actor_rollout_ref.model.dtype
+    if model != "auto":
+        return model
+    return "float32" if device_kind == "cpu" else "bfloat16"
 
 
 def sleeps(cfg, device_kind: str) -> bool:
