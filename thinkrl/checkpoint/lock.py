@@ -124,7 +124,7 @@ class RunLock:
         while not self._stop.wait(HEARTBEAT_S):
             try:
                 os.utime(self._fd)
-            except (OSError, TypeError):  # a full or read-only disk; released meanwhile
+            except OSError:  # a full or read-only disk: the next beat tries again
                 pass
 
     def release(self) -> None:

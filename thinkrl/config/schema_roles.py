@@ -51,6 +51,13 @@ class FSDPConfig:
     wrap_policy: dict[str, Any] = field(default_factory=lambda: {"min_num_params": 0})
     """Which modules become FSDP units (free-form mapping, as verl)."""
 
+    @property
+    def offloads(self) -> bool:
+        """Any of verl's three offload switches: thinkrl maps each onto FSDP2's
+        CPUOffloadPolicy, which keeps parameters, gradients and optimizer state
+        on the host together (on an accelerator; moot on a CPU device)."""
+        return self.param_offload or self.optimizer_offload or self.offload_policy
+
 
 @dataclass
 class ModelConfig:

@@ -9,6 +9,7 @@ from pathlib import Path
 from thinkrl.config.checks import execution_backend
 from thinkrl.doctor.context import DoctorContext, torch_npu_module
 from thinkrl.doctor.core import CheckResult, fail, ok, warn
+from thinkrl.parallel.ray_cluster import on_loopback_address
 from thinkrl.rollout.vllm_engine import ascend_nz_problem
 
 VISIBLE_VARIABLE = {"cuda": "CUDA_VISIBLE_DEVICES", "npu": "ASCEND_RT_VISIBLE_DEVICES"}
@@ -88,7 +89,7 @@ def check_network(ctx: DoctorContext) -> CheckResult:
                   "a TCP store on rank 0's node address at a free port, listening on every "
                   "interface, unauthenticated (trainer.dist_init_method=tcp)")
     library, variable = COLLECTIVES.get(ctx.device_kind, COLLECTIVES["cpu"])
-    loopback = not address or address.split(":")[0] in ("127.0.0.1", "localhost")
+    loopback = not address or on_loopback_address(address)
     if loopback and trainer.nnodes == 1:
         ray = "started by the run" if not address else f"joined at {address}"
         return ok("environment/network", f"one host, every socket on 127.0.0.1: Ray ({ray}), "

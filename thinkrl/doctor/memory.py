@@ -220,8 +220,7 @@ def estimate_memory(ctx: DoctorContext, *, capacity: int | None = None) -> Memor
 def offloaded(cfg, fsdp_config, accelerator: bool) -> bool:
     """A role's shards live on the host: the ray backend on an accelerator
     with any of verl's three offload flags (as `PolicyRank` maps them)."""
-    return accelerator and execution_backend(cfg) == "ray" and (
-        fsdp_config.param_offload or fsdp_config.optimizer_offload or fsdp_config.offload_policy)
+    return accelerator and execution_backend(cfg) == "ray" and fsdp_config.offloads
 
 
 def _vllm_terms(ctx: DoctorContext, *, c: int, params: int, hidden: int, vocab: int,

@@ -31,12 +31,14 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def compute_dtype(device: torch.device, name: str) -> torch.dtype:
-    """actor_rollout_ref.model.dtype -> the dtype matmuls run in; `auto` is
-    float32 on CPU and bfloat16 on accelerators. Parameters and optimizer
-    states stay float32 whatever this says (see `autocast`)."""
+def compute_dtype(device: torch.device | str, name: str) -> torch.dtype:
+    """actor_rollout_ref.model.dtype -> the dtype matmuls run in on `device`
+    (or a device kind: "cpu", "cuda", "npu"); `auto` is float32 on CPU and
+    bfloat16 on accelerators. Parameters and optimizer states stay float32
+    whatever this says (see `autocast`)."""
     if name == "auto":
-        return torch.float32 if device.type == "cpu" else torch.bfloat16
+        kind = device if isinstance(device, str) else device.type
+        return torch.float32 if kind == "cpu" else torch.bfloat16
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 

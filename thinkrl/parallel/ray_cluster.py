@@ -19,6 +19,11 @@ from thinkrl.config.schema import TrainerConfig
 from thinkrl.parallel.device import ray_resource
 
 
+def on_loopback_address(address: str) -> bool:
+    """A cluster address ("HOST:PORT") on this machine's loopback."""
+    return address.split(":")[0] in ("127.0.0.1", "localhost")
+
+
 def connect(trainer: TrainerConfig, *, world_size: int, log=print) -> bool:
     """Join or start Ray; True when this call started a cluster (the run then
     shuts it down at the end)."""
@@ -33,7 +38,7 @@ def connect(trainer: TrainerConfig, *, world_size: int, log=print) -> bool:
         return False
     if address:
         log(f"ray: joining the cluster at {address}")
-        local = address.split(":")[0] in ("127.0.0.1", "localhost")
+        local = on_loopback_address(address)
         # A cluster on loopback is joined on loopback (not this host's other addresses).
         ray.init(address=address, log_to_driver=True,
                  **({"_node_ip_address": "127.0.0.1"} if local else {}))

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from thinkrl.errors import SetupError
-from thinkrl.parallel.device import empty_cache
+from thinkrl.parallel.device import compute_dtype, empty_cache
 from thinkrl.records import FINISH_LENGTH, FINISH_STOP, PromptBatch, Rollouts
 from thinkrl.rollout.base import SamplingParams
 from thinkrl.rollout.native import empty_rollouts
@@ -121,10 +121,7 @@ def engine_dtype(cfg, device_kind: str) -> str:
     dtype = cfg.actor_rollout_ref.rollout.dtype
     if dtype != "auto":
         return dtype
-    model = cfg.actor_rollout_ref.model.dtype
-    if model != "auto":
-        return model
-    return "float32" if device_kind == "cpu" else "bfloat16"
+    return str(compute_dtype(device_kind, cfg.actor_rollout_ref.model.dtype)).removeprefix("torch.")
 
 
 def sleeps(cfg, device_kind: str) -> bool:

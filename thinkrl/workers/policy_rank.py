@@ -174,9 +174,7 @@ class PolicyRank:
         """verl's three offload switches map onto FSDP2's CPUOffloadPolicy,
         which keeps parameters, gradients and optimizer state on the host
         together (and runs the optimizer step there); moot on a CPU device."""
-        wanted = (fsdp_config.param_offload or fsdp_config.optimizer_offload
-                  or fsdp_config.offload_policy)
-        return wanted and self.device.type != "cpu"
+        return fsdp_config.offloads and self.device.type != "cpu"
 
     def _load(self, *, gradient_checkpointing: bool, dtype: torch.dtype, param_offload: bool,
               weights_dtype: torch.dtype) -> torch.nn.Module:
