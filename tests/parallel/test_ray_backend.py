@@ -107,7 +107,8 @@ def test_ranks_whose_responses_end_at_different_steps_train_and_validate(
     rank's rollout ends while the other still decodes (the run used to hang
     there, in an FSDP2 all-gather). Token budgets (use_dynamic_bsz) then give
     the ranks different micro-batch counts; the update must still equal the
-    fixed cut on one process. Every wait has a 120 s deadline: a hang fails."""
+    fixed cut on one process (the padded forward there, the shared-prompt pass
+    on the ranks). Every wait has a 120 s deadline: a hang fails."""
     from thinkrl.trainer import train_run
     from thinkrl.models.micro_batches import micro_batch_rows
     from thinkrl.workers.mini_batches import plan_mini_batches
@@ -122,7 +123,10 @@ def test_ranks_whose_responses_end_at_different_steps_train_and_validate(
     sizes = ("data.max_response_length=48", "data.train_batch_size=2",
              "actor_rollout_ref.actor.ppo_mini_batch_size=2", "trainer.ray_wait_timeout_s=120")
     local = build_run(_cfg(tiny_model_dir, tmp_path / "local", *sizes), log=lambda *_: None)
+    # The sharded run also takes the shared-prompt pass (use_remove_padding) in
+    # every forward: against the padded one on one process below.
     sharded = build_run(_cfg(tiny_model_dir, tmp_path / "ray", *sizes, *budget,
+                             "actor_rollout_ref.model.use_remove_padding=True",
                              "trainer.n_gpus_per_node=2", "trainer.test_freq=1",
                              "trainer.val_before_train=True", "data.val_batch_size=16"),
                         log=lambda *_: None)
@@ -145,8 +149,9 @@ def test_ranks_whose_responses_end_at_different_steps_train_and_validate(
         rollouts.response_mask = (torch.arange(r)[None, :] < lengths).long()
         seqs = rollouts.sequences()
         old = local.roles.actor.compute_log_prob(*seqs, response_length=r)
-        torch.testing.assert_close(sharded.roles.actor.compute_log_prob(*seqs, response_length=r), old,
-                                   rtol=0, atol=1e-5)
+        real = rollouts.response_mask.bool()  # the shared-prompt pass leaves padding columns 0
+        torch.testing.assert_close(sharded.roles.actor.compute_log_prob(*seqs, response_length=r)[real],
+                                   old[real], rtol=0, atol=1e-5)
         advantages = torch.randn(len(rollouts), 1, generator=torch.Generator().manual_seed(0))
         batch = TrainBatch(*seqs, response_mask=rollouts.response_mask.float(),
                            advantages=advantages.expand(-1, r) * rollouts.response_mask,
@@ -161,9 +166,12 @@ def test_ranks_whose_responses_end_at_different_steps_train_and_validate(
         m_ray = sharded.roles.actor.update_policy(batch)
         for key in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "actor/entropy"):
             assert m_ray[key] == pytest.approx(m_local[key], rel=1e-5, abs=1e-7), key
+        # AdamW's first step moves a weight by lr * g / (|g| + eps): for the few
+        # gradients near eps the two passes' float32 summation orders show (seen:
+        # 1 weight of 8192 off by 1.6e-5 at lr 1e-3); a wrong sign would be 2e-3.
         after = sharded.roles.actor.full_weights()
         for name, tensor in local.roles.actor.group.rank.actor.model.state_dict().items():
-            torch.testing.assert_close(after[name], tensor, rtol=0, atol=1e-5, msg=name)
+            torch.testing.assert_close(after[name], tensor, rtol=0, atol=1e-4, msg=name)
 
         result = train_run(sharded, log=lambda *_: None)  # 2 steps, validated before and after each
         assert result.steps == 2

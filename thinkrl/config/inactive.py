@@ -92,9 +92,6 @@ def _model_and_data_notes(cfg: Config) -> Notes:
     if not arr.model.use_remove_padding:
         notes.append(((f"{ARR}.model.use_fused_kernels",), f"it is used only with "
                       f"{ARR}.model.use_remove_padding=True (the shared-prompt pass)"))
-    elif execution_backend(cfg) == "ray" and cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes > 1:
-        notes.append(((f"{ARR}.model.use_remove_padding", f"{ARR}.model.use_fused_kernels"),
-                      "FSDP2 shards take the padded forward (the shared-prompt pass reads whole weights)"))
     return notes
 
 

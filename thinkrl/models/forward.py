@@ -22,6 +22,7 @@ from thinkrl.models.logprobs import entropy_from_logits, logprobs_from_logits
 from thinkrl.models.micro_batches import agreed_micro_batches, micro_batch_rows
 from thinkrl.models.shared_prompt import shared_prompt_hidden, shared_prompt_logits
 from thinkrl.models.vision import image_kwargs, to_model_positions
+from thinkrl.parallel.fsdp import as_forward
 from thinkrl.records import ModelInputs
 
 
@@ -65,15 +66,16 @@ def response_logprobs(model: torch.nn.Module, input_ids: Tensor, attention_mask:
     each distinct prompt computed once, response columns past the longest
     response of these rows not computed: their log-probs and entropies are 0,
     and every loss masks them). Equal to the padded forward up to float32
-    rounding (<= 2e-6 on log-probs); other models always take the padded one.
+    rounding (<= 2e-6 on log-probs), on one process and on FSDP2 shards;
+    other models always take the padded one.
     With `fused_head` too (model.use_fused_kernels) that pass never holds
     more than a chunk of tokens' logits (`thinkrl.models.fused_head`)."""
-    spec = shared_prompt_spec(model) if remove_padding and model_inputs is None else None
-    if spec is not None:
-        return _shared_prompt_logprobs(spec, input_ids, attention_mask, position_ids,
-                                       response_length=response_length, temperature=temperature,
-                                       with_entropy=with_entropy, entropy_grad=entropy_grad,
-                                       fused_head=fused_head)
+    spec = lean_spec(model) if remove_padding and model_inputs is None else None
+    if spec is not None:  # one forward of the root module (embedding, final norm, head)
+        shared = as_forward(model, "thinkrl_shared_prompt_logprobs", _shared_prompt_logprobs)
+        return shared(spec, input_ids, attention_mask, position_ids,
+                      response_length=response_length, temperature=temperature,
+                      with_entropy=with_entropy, entropy_grad=entropy_grad, fused_head=fused_head)
     logits, _ = last_logits(model, response_length + 1, input_ids=input_ids,
                             attention_mask=attention_mask,
                             position_ids=to_model_positions(position_ids), use_cache=False,
@@ -119,22 +121,6 @@ def _shared_prompt_logprobs(spec: LeanSpec, input_ids: Tensor, attention_mask: T
                                                   entropy_grad=entropy_grad)
     pad = (0, response_length - kept)
     return F.pad(logprobs, pad), None if entropy is None else F.pad(entropy, pad)
-
-
-def shared_prompt_spec(model: torch.nn.Module) -> LeanSpec | None:
-    """The model's LeanSpec when the shared-prompt pass computes exactly what
-    its own forward does and may read its weights directly: not for FSDP
-    shards (full weights exist only inside FSDP's hooks) nor under gradient
-    checkpointing (the lean pass would keep every activation)."""
-    from thinkrl.parallel.fsdp import is_sharded
-
-    # transformers 5 renamed is_gradient_checkpointing (deprecated) to is_activation_checkpointing.
-    name = ("is_activation_checkpointing" if hasattr(type(model), "is_activation_checkpointing")
-            else "is_gradient_checkpointing")
-    checkpointing = getattr(model, name, False)
-    if is_sharded(model) or checkpointing:
-        return None
-    return lean_spec(model)
 
 
 @torch.no_grad()

@@ -9,7 +9,9 @@ its own earlier tokens. For R1-Zero-style runs (prompts of 100-300 tokens,
 n = 8) this removes most prompt FLOPs.
 
 Same numbers as the padded forward up to float32 rounding: every real
-position attends to exactly the same keys. Plain Llama/Qwen2 decoders only
+position attends to exactly the same keys. Sharded (FSDP2) models too: each
+layer runs as a forward of its module (`thinkrl.parallel.fsdp.as_forward`).
+Plain Llama/Qwen2 decoders only
 (`thinkrl.models.lean_decoder`); the caller falls back to the model's own
 forward otherwise.
 
@@ -22,9 +24,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from torch.utils.checkpoint import checkpoint
+
 from thinkrl.models.lean_decoder import (LeanSpec, attention, final_hidden, finish_layer,
                                          fused_weights_of, head_logits, padding_attention_mask,
                                          project_qkv, rotary_tables)
+from thinkrl.parallel.fsdp import as_forward
 
 
 def distinct_prompts(prompt_ids: Tensor, prompt_mask: Tensor) -> tuple[Tensor, Tensor]:
@@ -65,7 +70,15 @@ def shared_prompt_hidden(spec: LeanSpec, input_ids: Tensor, attention_mask: Tens
                          position_ids: Tensor, *, response_length: int) -> Tensor:
     """What the output head multiplies to give `shared_prompt_logits`: the
     final-normed hidden states [N, R, E] (`thinkrl.models.fused_head` applies
-    the head a chunk at a time)."""
+    the head a chunk at a time).
+
+    Each decoder layer runs as one forward of that layer's module
+    (`fsdp.as_forward`): on a sharded model FSDP2 gathers its weights for
+    the layer, frees them after and reduces their gradients in backward, as
+    in the model's own forward; the caller runs this inside a forward of the
+    root module (embedding, final norm, head). Under gradient checkpointing
+    (with a gradient) each layer keeps only its inputs and recomputes the
+    rest in backward."""
     r = response_length
     p = input_ids.shape[1] - r
     m = r - 1  # response tokens that feed a prediction
@@ -76,21 +89,50 @@ def shared_prompt_hidden(spec: LeanSpec, input_ids: Tensor, attention_mask: Tens
     h_r = model.embed_tokens(input_ids[:, p:p + m])  # [N, R - 1, E]
     rope_p = rotary_tables(spec, position_ids[first, :p], h_p.dtype)
     rope_r = rotary_tables(spec, position_ids[:, p:p + m], h_r.dtype)
-    prompt_attn = padding_attention_mask(prompt_mask, p)  # [U, 1, P, P]
-    response_attn = response_mask_for_shared(attention_mask[:, :p], attention_mask[:, p:p + m])
+    masks = (padding_attention_mask(prompt_mask, p),  # [U, 1, P, P]
+             response_mask_for_shared(attention_mask[:, :p], attention_mask[:, p:p + m]))
+    recompute = torch.is_grad_enabled() and checkpointing(spec.model)
     for layer in model.layers:
-        fused = fused_weights_of(layer)
-        q_p, k_p, v_p = project_qkv(spec, layer, fused, h_p, *rope_p)
-        out_p = attention(q_p, k_p, v_p, prompt_attn)
-        if m > 0:
-            q_r, k_r, v_r = project_qkv(spec, layer, fused, h_r, *rope_r)
-            # Each response's keys: its prompt's (one copy per row, gradients summed back),
-            # then its own.
-            k = torch.cat((k_p[inverse], k_r), dim=2)  # [N, K, P + R - 1, D]
-            v = torch.cat((v_p[inverse], v_r), dim=2)
-            out_r = attention(q_r, k, v, response_attn)
-            h_r = finish_layer(layer, fused, h_r, out_r, spec.eps)
-        h_p = finish_layer(layer, fused, h_p, out_p, spec.eps)
+        run = as_forward(layer, "thinkrl_shared_prompt_layer", _shared_prompt_layer)
+        h_p, h_r = run(layer, spec, h_p, h_r, rope_p, rope_r, masks, inverse, recompute)
     # Response token 0 is predicted at the prompt's last position, token t at response column t-1.
     h = torch.cat((h_p[inverse, -1:], h_r), dim=1)  # [N, R, E]
     return final_hidden(spec, h)
+
+
+def _shared_prompt_layer(layer: torch.nn.Module, spec: LeanSpec, h_p: Tensor, h_r: Tensor,
+                         rope_p: tuple[Tensor, Tensor], rope_r: tuple[Tensor, Tensor],
+                         masks: tuple[Tensor, Tensor], inverse: Tensor,
+                         recompute: bool) -> tuple[Tensor, Tensor]:
+    """One decoder layer over the distinct prompts h_p [U, P, E] and the
+    responses h_r [N, R - 1, E]; returns both after the layer."""
+    if recompute:
+        return checkpoint(_layer_body, layer, spec, h_p, h_r, rope_p, rope_r, masks, inverse,
+                          use_reentrant=False)
+    return _layer_body(layer, spec, h_p, h_r, rope_p, rope_r, masks, inverse)
+
+
+def _layer_body(layer: torch.nn.Module, spec: LeanSpec, h_p: Tensor, h_r: Tensor,
+                rope_p: tuple[Tensor, Tensor], rope_r: tuple[Tensor, Tensor],
+                masks: tuple[Tensor, Tensor], inverse: Tensor) -> tuple[Tensor, Tensor]:
+    fused = fused_weights_of(layer)
+    q_p, k_p, v_p = project_qkv(spec, layer, fused, h_p, *rope_p)
+    out_p = attention(q_p, k_p, v_p, masks[0])
+    if h_r.shape[1] > 0:
+        q_r, k_r, v_r = project_qkv(spec, layer, fused, h_r, *rope_r)
+        # Each response's keys: its prompt's (one copy per row, gradients summed back),
+        # then its own.
+        k = torch.cat((k_p[inverse], k_r), dim=2)  # [N, K, P + R - 1, D]
+        v = torch.cat((v_p[inverse], v_r), dim=2)
+        out_r = attention(q_r, k, v, masks[1])
+        h_r = finish_layer(layer, fused, h_r, out_r, spec.eps)
+    return finish_layer(layer, fused, h_p, out_p, spec.eps), h_r
+
+
+def checkpointing(model: torch.nn.Module) -> bool:
+    """Whether the model was told to checkpoint activations (Hugging Face's
+    flag; transformers 5 renamed is_gradient_checkpointing, now deprecated,
+    to is_activation_checkpointing)."""
+    name = ("is_activation_checkpointing" if hasattr(type(model), "is_activation_checkpointing")
+            else "is_gradient_checkpointing")
+    return bool(getattr(model, name, False))

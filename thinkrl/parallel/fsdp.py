@@ -116,6 +116,25 @@ def is_sharded(model: nn.Module) -> bool:
     return isinstance(model, FSDPModule)
 
 
+def as_forward(module: nn.Module, name: str, fn: Callable) -> Callable:
+    """`fn` (same arguments, same result) run as a forward of `module`. On an
+    FSDP2-sharded module its parameters are gathered before `fn` runs and
+    freed after it (as `reshard_after_forward` says), its tensor arguments and
+    results carry FSDP2's backward hooks (gathered again for the backward,
+    gradients reduce-scattered after it), and floating arguments are cast to
+    the compute dtype: everything FSDP2 does around `module.forward`, so `fn`
+    may read the module's parameters directly. Registered once per module
+    under `name` (PyTorch's `register_fsdp_forward_method`). On an unsharded
+    module, `fn` itself."""
+    if not is_sharded(module):
+        return fn
+    if name not in module.__dict__:
+        from torch.distributed.fsdp import register_fsdp_forward_method
+        module.__dict__[name] = fn  # an instance attribute: called unbound, as fn(*args)
+        register_fsdp_forward_method(module, name)
+    return getattr(module, name)
+
+
 def _fsdp_modules(model: nn.Module) -> list[nn.Module]:
     from torch.distributed.fsdp import FSDPModule
     return [m for m in model.modules() if isinstance(m, FSDPModule)]
