@@ -4,6 +4,7 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from thinkrl.models.forward import batched_response_logprobs, response_logprobs
+from thinkrl.models.loading import prepare_for_training
 from thinkrl.models.shared_prompt import distinct_prompts, response_mask_for_shared
 
 G, P, R, V = 3, 5, 6, 40
@@ -112,3 +113,31 @@ def test_fused_head_equals_the_shared_prompt_pass_with_whole_logits(monkeypatch)
     torch.testing.assert_close(lp1, lp0, rtol=1e-6, atol=2e-6)
     torch.testing.assert_close(e1, e0, rtol=1e-6, atol=2e-6)
     _assert_grads_close(g1, g0)
+
+
+def _saved_tensor_count(model, batch) -> int:
+    """How many tensors the forward of the shared-prompt pass keeps for backward."""
+    ids, mask, pos, _ = batch
+    count = 0
+
+    def pack(t):
+        nonlocal count
+        count += 1
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        response_logprobs(model, ids, mask, pos, response_length=R, temperature=1.0,
+                          remove_padding=True)
+    return count
+
+
+def test_under_activation_checkpointing_layers_recompute_and_gradients_stay():
+    model, batch = _model(), _grouped_batch()
+    _, _, want = _logprobs_entropies_grads(model, batch)
+    kept_plain = _saved_tensor_count(model, batch)
+    prepare_for_training(model, device=None, gradient_checkpointing=True)  # as loading does
+    kept_checkpointed = _saved_tensor_count(model, batch)
+    # each layer keeps only its inputs; the rest is recomputed in backward
+    assert kept_checkpointed < kept_plain / 2, (kept_checkpointed, kept_plain)
+    lp, ent, got = _logprobs_entropies_grads(model, batch, remove_padding=True)
+    _assert_grads_close(got, want)

@@ -37,9 +37,8 @@ def _model(checkpointing: bool):
         vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
         initializer_range=0.3, tie_word_embeddings=True))
-    if checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    return model
+    from thinkrl.models.loading import prepare_for_training
+    return prepare_for_training(model, device=None, gradient_checkpointing=checkpointing)
 
 
 def _batch():
