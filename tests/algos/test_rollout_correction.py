@@ -29,6 +29,17 @@ def test_gap_metrics_over_response_tokens_only():
     assert m["rollout/probs_corr"] == pytest.approx(expected, abs=1e-12)
     same = logprob_gap_metrics(rollout, rollout, mask)
     assert same["rollout/logprob_diff_max"] == 0.0 and same["rollout/probs_corr"] == pytest.approx(1.0)
+    # verl's names, on probabilities: |e^-1 - e^-1.5|, 0, 0, |e^-3 - e^-2|, 0
+    gaps = [math.exp(-1) - math.exp(-1.5), 0.0, 0.0, math.exp(-2) - math.exp(-3), 0.0]
+    mean = sum(gaps) / 5
+    assert m["training/rollout_probs_diff_mean"] == pytest.approx(mean, abs=1e-12)
+    assert m["training/rollout_probs_diff_max"] == pytest.approx(max(gaps), abs=1e-12)
+    std = math.sqrt(sum((g - mean) ** 2 for g in gaps) / 4)  # unbiased, as torch.std
+    assert m["training/rollout_probs_diff_std"] == pytest.approx(std, abs=1e-12)
+    assert m["training/rollout_actor_probs_pearson_corr"] == m["rollout/probs_corr"]
+    assert m["training/rollout_probs_diff_valid"] == 1
+    one = logprob_gap_metrics(rollout, trainer, torch.tensor([[1, 0, 0], [0, 0, 0]]))
+    assert one["training/rollout_probs_diff_std"] == 0.0  # one token: no spread, not NaN
 
 
 def test_token_level_truncated_weights():

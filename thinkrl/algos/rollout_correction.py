@@ -32,7 +32,14 @@ def logprob_gap_metrics(rollout_logprobs: Tensor, trainer_logprobs: Tensor, mask
         rollout/logprob_diff_max  = max  |log p_rollout - log p_trainer|
         rollout/probs_corr        = Pearson correlation of p_rollout and p_trainer
 
-    (the correlation is 1.0 when either side is constant: nothing to correlate).
+    (the correlation is 1.0 when either side is constant: nothing to correlate),
+    and the same figures under verl's names, so verl users' dashboards keep
+    working; verl takes them on probabilities, not log-probs:
+
+        training/rollout_probs_diff_mean|max|std = mean, max, std (unbiased;
+            0 for one token) of |p_rollout - p_trainer|
+        training/rollout_actor_probs_pearson_corr = rollout/probs_corr
+        training/rollout_probs_diff_valid = 1
     """
     keep = mask.bool()
     if not keep.any():
@@ -43,9 +50,15 @@ def logprob_gap_metrics(rollout_logprobs: Tensor, trainer_logprobs: Tensor, mask
     p, q = p - p.mean(), q - q.mean()
     denominator = (p.square().sum() * q.square().sum()).sqrt()
     corr = float((p * q).sum() / denominator) if denominator > 0 else 1.0
+    prob_gap = (rollout.exp() - trainer.exp()).abs()
     return {"rollout/logprob_diff_mean": float(gap.mean()),
             "rollout/logprob_diff_max": float(gap.max()),
-            "rollout/probs_corr": corr}
+            "rollout/probs_corr": corr,
+            "training/rollout_probs_diff_valid": 1,
+            "training/rollout_probs_diff_mean": float(prob_gap.mean()),
+            "training/rollout_probs_diff_max": float(prob_gap.max()),
+            "training/rollout_probs_diff_std": float(prob_gap.std()) if len(prob_gap) > 1 else 0.0,
+            "training/rollout_actor_probs_pearson_corr": corr}
 
 
 @dataclass(frozen=True)
