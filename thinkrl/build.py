@@ -31,7 +31,7 @@ from thinkrl.data.dataset import PromptLoader
 from thinkrl.data.images import check_image_backend
 from thinkrl.metrics import MetricsLog
 from thinkrl.parallel.device import synchronizer
-from thinkrl.preflight import check_backend
+from thinkrl.preflight import check_backend, check_model
 from thinkrl.reward_watch import FailureBreaker, ZeroRewardWatch
 from thinkrl.rewards.scorer import RewardScorer
 from thinkrl.run import Roles, Run, RunSpec, RunState, StepSettings
@@ -64,6 +64,7 @@ def _assemble(cfg: Config, sizes: DerivedSizes, *, log=print) -> Run:
     torch.manual_seed(cfg.trainer.seed)
     import_external_lib(cfg)
     model_path = builtin.resolve_model_path(cfg.actor_rollout_ref.model.path, log=log)
+    check_model(cfg, model_path)
     tokenizer = run_tokenizer(cfg, model_path)
     data = cfg.data
     train_prompts = prompt_set(cfg, tokenizer, files=data.train_files, key="data.train_files",

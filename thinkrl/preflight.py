@@ -12,7 +12,21 @@ from thinkrl.config import Config
 from thinkrl.config.checks import execution_backend
 from thinkrl.errors import SetupError
 from thinkrl.parallel.device import resolve_device
-from thinkrl.rollout.vllm_engine import check_vllm_usable, engine_parallel_problem
+from thinkrl.parallel.fsdp import MIN_TORCH
+from thinkrl.rollout.vllm_engine import (check_vllm_usable, engine_model_problem,
+                                         engine_parallel_problem)
+
+
+def torch_problem(version: str) -> tuple[str, str] | None:
+    """Why this torch cannot run the ray backend (FSDP2's public `fully_shard`
+    arrived in torch 2.6), with the fix; None when it can."""
+    release = tuple(int(part) for part in version.split("+")[0].split(".")[:2])
+    if release >= MIN_TORCH:
+        return None
+    return (f"trainer.backend=ray shards with FSDP2 (torch.distributed.fsdp.fully_shard), "
+            f"public from torch {'.'.join(map(str, MIN_TORCH))}; this is torch {version}",
+            "pip install 'torch>=2.6' (thinkrl runs the ray backend on 2.6 to 2.13; the "
+            "Makefile pins 2.13.0), or use one device: trainer.n_gpus_per_node=1")
 
 
 def check_backend(cfg: Config) -> None:
@@ -22,11 +36,9 @@ def check_backend(cfg: Config) -> None:
             raise SetupError(f"trainer.backend=ray ({devices} devices) needs Ray, which is not "
                              "installed", "pip install 'thinkrl[ray]' (or use one device: "
                              "trainer.n_gpus_per_node=1)")
-        from torch.distributed.fsdp import FSDPModule
-        if not hasattr(FSDPModule, "set_force_sum_reduction_for_comms"):
-            raise SetupError(f"trainer.backend=ray needs FSDP2's summed gradient reduction, "
-                             f"which torch {torch.__version__} lacks",
-                             "install torch >= 2.8 (the Makefile's TORCH_SPEC pins 2.13.0)")
+        problem = torch_problem(torch.__version__)
+        if problem is not None:
+            raise SetupError(*problem)
     rollout = cfg.actor_rollout_ref.rollout
     if rollout.name == "sglang":
         raise SetupError("actor_rollout_ref.rollout.name=sglang is not available in this release",
@@ -38,3 +50,12 @@ def check_backend(cfg: Config) -> None:
         # On the driver; each rank checks again on its own device at start.
         device = cfg.trainer.device
         check_vllm_usable(device if device != "auto" else resolve_device("auto").type)
+
+
+def check_model(cfg: Config, model_path: str) -> None:
+    """What the model folder rules out with this config, before it loads."""
+    from thinkrl.models.vision import is_vision_model
+
+    problem = engine_model_problem(cfg.actor_rollout_ref.rollout, vision=is_vision_model(model_path))
+    if problem is not None:
+        raise SetupError(*problem)

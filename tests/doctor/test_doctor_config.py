@@ -100,3 +100,16 @@ def test_an_npu_run_without_torch_npu_fails_with_the_devices_message():
 
     row = check_devices(context("trainer.device=npu"))
     assert row.status == "fail" and "torch_npu" in row.found and "ASCEND_RT_VISIBLE_DEVICES" in row.fix
+
+
+def test_ray_backend_torch_range(monkeypatch):
+    from thinkrl import preflight
+    assert preflight.torch_problem("2.13.0+cpu") is None
+    assert preflight.torch_problem("2.7.1+cu126") is None  # seed 004's torch
+    assert preflight.torch_problem("2.6.0") is None
+    found, fix = preflight.torch_problem("2.5.1")  # seed 000's torch
+    assert "torch 2.5.1" in found and "from torch 2.6" in found and "torch>=2.6" in fix
+    # start and doctor both refuse it, before anything loads
+    monkeypatch.setattr(preflight.torch, "__version__", "2.5.1+cpu")
+    row = check_backend(context("trainer.n_gpus_per_node=2"))
+    assert row.status == "fail" and "torch 2.5.1+cpu" in row.found

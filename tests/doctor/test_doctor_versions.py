@@ -32,14 +32,15 @@ def test_version_specs():
 def test_table_entries_are_well_formed():
     table = load_table()
     names = set(versions.PACKAGES) | {"cann", "name", "source"}
-    assert table.tested and all("torch" in e and set(e) <= names for e in table.tested)
+    for entries in (table.tested, table.expected):
+        assert entries and all("torch" in e and set(e) <= names for e in entries)
     assert all({"package", "version", "reason", "fix"} <= set(b) for b in table.known_bad)
 
 
 def test_this_machines_stack_is_tested(monkeypatch):
     _fake_metadata(monkeypatch, {"torch": "2.13.0+cpu", "transformers": "5.24.0"})
     row = check_stack(context())
-    assert row.status == "ok" and "thinkrl CI" in row.found
+    assert row.status == "ok" and "(tested: thinkrl CI" in row.found
 
 
 def test_an_unknown_combination_warns_and_does_not_fail(monkeypatch):
@@ -59,6 +60,7 @@ def test_the_seed_ascend_stack_is_tested(monkeypatch, tmp_path):
     assert cann_version(ctx.env) == "8.3.RC1"
     row = check_stack(ctx)
     assert row.status == "ok" and "cann 8.3.RC1" in row.found and "seed 004" in row.found
+    assert "expected, not run by thinkrl's tests" in row.found  # no NPU ran it here
 
 
 def test_a_known_bad_torch_npu_build_is_named(monkeypatch):

@@ -103,6 +103,21 @@ def check_rollout_parallel(ctx: DoctorContext) -> CheckResult:
     return ok("config/rollout-parallel", found)
 
 
+def check_rollout_model(ctx: DoctorContext) -> CheckResult:
+    """The rollout engine takes this kind of model: the start-up check
+    (`thinkrl.preflight.check_model`) on the model's config."""
+    from thinkrl.rollout.vllm_engine import engine_model_problem
+
+    rollout = ctx.cfg.actor_rollout_ref.rollout
+    config = ctx.model_config
+    vision = getattr(config, "vision_config", None) is not None
+    problem = engine_model_problem(rollout, vision=vision)
+    if problem is not None:
+        return fail("config/rollout-model", *problem)
+    return ok("config/rollout-model", f"rollout.name={rollout.name} takes the "
+              f"{'vision-language' if vision else 'text'} model {config.model_type!r}")
+
+
 def _largest_divisor(n: int, at_most: int) -> int:
     return max(d for d in range(1, n + 1) if n % d == 0 and d <= max(at_most, 1))
 
@@ -152,5 +167,5 @@ def _sharded_weights(ctx: DoctorContext) -> list[CheckResult]:
                  "actor and reference with the same TP/PP as the run")]
 
 
-CHECKS = [check_validate, check_backend, check_devices, check_rollout_parallel,
+CHECKS = [check_validate, check_backend, check_devices, check_rollout_parallel, check_rollout_model,
           check_parallel_layout]

@@ -35,6 +35,9 @@ NPU_OPS = ("_npu_rotary_embedding",)
 @dataclass(frozen=True)
 class VersionTable:
     tested: list[dict] = field(default_factory=list)
+    """Stacks a test of this repository ran."""
+    expected: list[dict] = field(default_factory=list)
+    """Stacks others run that thinkrl is written for, never run by its tests."""
     known_bad: list[dict] = field(default_factory=list)
 
 
@@ -43,7 +46,8 @@ def load_table() -> VersionTable:
 
     text = (resources.files("thinkrl.doctor") / "versions.yaml").read_text()
     raw = yaml.safe_load(text)
-    return VersionTable(tested=raw.get("tested", []), known_bad=raw.get("known_bad", []))
+    return VersionTable(tested=raw.get("tested", []), expected=raw.get("expected", []),
+                        known_bad=raw.get("known_bad", []))
 
 
 def installed_versions(env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -107,21 +111,26 @@ def _stack(ctx: DoctorContext) -> dict[str, str]:
 
 
 def check_stack(ctx: DoctorContext) -> CheckResult:
-    """The installed stack is a tested combination (unknown: warn, not fail)."""
+    """The installed stack is a tested combination, or an expected one (said
+    so: no thinkrl test ran it); anything else warns, never fails."""
     installed, table = _stack(ctx), load_table()
     shown = ", ".join(f"{p} {v}" for p, v in installed.items())
-    fitting = [e for e in table.tested if _entry_fits(e, installed)]
-    covered = {p for e in fitting for p in e if p in installed}
-    untested = [p for p in installed if p not in covered]
-    if not untested:
-        return ok("versions/stack", f"{shown} (tested: {'; '.join(e['name'] for e in fitting)})")
-    same_torch = [e for e in table.tested if "torch" in installed and "torch" in e
+    for kind, entries in (("tested", table.tested), ("expected, not run by thinkrl's tests",
+                                                     table.expected)):
+        fitting = [e for e in entries if _entry_fits(e, installed)]
+        covered = {p for e in fitting for p in e if p in installed}
+        if fitting and all(p in covered for p in installed):
+            return ok("versions/stack", f"{shown} ({kind}: {'; '.join(e['name'] for e in fitting)})")
+    entries = table.tested + table.expected
+    covered = {p for e in entries if _entry_fits(e, installed) for p in e if p in installed}
+    uncovered = [p for p in installed if p not in covered]
+    same_torch = [e for e in entries if "torch" in installed and "torch" in e
                   and matches(installed["torch"], e["torch"])]
     known = "; ".join(f"{e['name']}: " + ", ".join(f"{p} {e[p]}" for p in e if p in PACKAGES + ("cann",))
                       for e in (same_torch or table.tested)[:3])
-    return warn("versions/stack", f"{shown}: no tested combination covers "
-                f"{', '.join(f'{p} {installed[p]}' for p in untested)}",
-                f"it may work; tested: {known} (thinkrl/doctor/versions.yaml)")
+    return warn("versions/stack", f"{shown}: no listed combination covers "
+                f"{', '.join(f'{p} {installed[p]}' for p in uncovered or installed)}",
+                f"it may work; listed: {known} (thinkrl/doctor/versions.yaml)")
 
 
 def check_known_bad(ctx: DoctorContext) -> list[CheckResult]:

@@ -64,8 +64,7 @@ def parallelize(model: nn.Module, *, compute_dtype: torch.dtype, param_offload: 
     # normalisers span all ranks, thinkrl.workers.mini_batches), so gradients
     # are summed over ranks, not averaged as FSDP2 does by default.
     for module in _fsdp_modules(model):
-        module.set_gradient_divide_factor(1.0)
-        module.set_force_sum_reduction_for_comms(True)
+        _sum_gradients_over_ranks(module)
     return model
 
 
@@ -157,7 +156,7 @@ def gathered(model: nn.Module) -> Iterator[None]:
         yield
         return
     for module in modules:
-        module.set_reshard_after_forward(False, recurse=False)
+        _set_reshard_after_forward(module, False)
     for module in modules:
         module.unshard()
     try:
@@ -166,8 +165,43 @@ def gathered(model: nn.Module) -> Iterator[None]:
         for module in modules:
             module.reshard()
         for module in modules:
-            module.set_reshard_after_forward(_RESHARD_AFTER_FORWARD.get(module, True),
-                                             recurse=False)
+            _set_reshard_after_forward(module, _RESHARD_AFTER_FORWARD.get(module, True))
+
+
+# FSDP2 across torch releases: `fully_shard` is public from torch 2.6; two
+# switches thinkrl needs became public methods in 2.8. On 2.6 and 2.7 the
+# functions below set the same field of each parameter group those methods set.
+MIN_TORCH = (2, 6)
+
+
+def _param_groups(module: nn.Module) -> list:
+    state = module._get_fsdp_state()
+    groups = getattr(state, "_fsdp_param_groups", None)  # torch >= 2.8: a list
+    if groups is None:
+        groups = [] if state._fsdp_param_group is None else [state._fsdp_param_group]
+    return list(groups)
+
+
+def _sum_gradients_over_ranks(module: nn.Module) -> None:
+    """Reduce-scatter gradients as a plain sum over ranks (see `parallelize`)."""
+    if hasattr(module, "set_force_sum_reduction_for_comms"):  # torch >= 2.8
+        module.set_gradient_divide_factor(1.0)
+        module.set_force_sum_reduction_for_comms(True)
+        return
+    # torch 2.6/2.7 would average (ReduceOp.AVG, which gloo lacks), and their
+    # set_reduce_scatter_divide_factor builds NCCL's PreMulSum (NCCL only).
+    import torch.distributed as dist
+    for group in _param_groups(module):
+        group.reduce_scatter_reduce_op = dist.ReduceOp.SUM
+
+
+def _set_reshard_after_forward(module: nn.Module, reshard: bool) -> None:
+    """`module`'s own reshard-after-forward setting, not its children's."""
+    if hasattr(module, "set_reshard_after_forward"):  # torch >= 2.8
+        module.set_reshard_after_forward(reshard, recurse=False)
+        return
+    for group in _param_groups(module):  # what that method sets, for a bool
+        group.post_forward_mesh_info = group.mesh_info if reshard else None
 
 
 def full_tensor(value: torch.Tensor) -> torch.Tensor:

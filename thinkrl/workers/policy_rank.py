@@ -132,13 +132,7 @@ class PolicyRank:
         engine may have started from dummy weights, or the actor may resume)."""
         spec, rollout = self.spec, self.spec.cfg.actor_rollout_ref.rollout
         if rollout.name == "vllm":
-            from thinkrl.errors import SetupError
-            from thinkrl.models.vision import is_vision_model
             from thinkrl.rollout.vllm_engine import VllmEngine
-            if is_vision_model(spec.model_path):  # its rollouts would lack the M-RoPE positions
-                raise SetupError("actor_rollout_ref.rollout.name=vllm with a vision-language "
-                                 "model is not built in this release",
-                                 "use actor_rollout_ref.rollout.name=native for VL models")
             # The ranks of one tensor-parallel engine draw the same seeds.
             engine_index = spec.rank // rollout.tensor_model_parallel_size
             engine = VllmEngine.start(
