@@ -188,6 +188,28 @@ def test_image_and_text_prompts_on_two_ray_ranks_equal_one_process(asset_cache, 
         after = sharded.roles.actor.full_weights()
         for name, tensor in local.roles.actor.group.rank.actor.model.state_dict().items():
             torch.testing.assert_close(after[name], tensor, rtol=0, atol=1e-5, msg=name)
+
+        # The sharded checkpoint exports as a VL folder (image-text-to-text class,
+        # processor files) holding exactly the trained weights, and evaluates.
+        from safetensors.torch import load_file
+        from transformers import AutoModelForImageTextToText
+
+        from thinkrl.checkpoint.export import export_checkpoint
+        from thinkrl.checkpoint.state import save_checkpoint
+        from thinkrl.commands.eval import run_eval
+        from thinkrl.run import Progress
+        folder = save_checkpoint(sharded, Progress(step=1), log=lambda *_: None)
+        assert (folder / "actor_dcp").is_dir()
+        exported = export_checkpoint(folder, tmp_path / "hf", log=lambda *_: None)
+        assert (exported / "preprocessor_config.json").is_file()
+        assert load_file(exported / "model.safetensors")  # one file, in the hub's names
+        model = AutoModelForImageTextToText.from_pretrained(exported)
+        assert type(model).__name__ == "Qwen2_5_VLForConditionalGeneration"
+        for name, tensor in model.state_dict().items():
+            assert torch.equal(tensor, after[name]), name
+        result, settings = run_eval(cfg("eval", f"actor_rollout_ref.model.path={folder}",
+                                        "data.val_batch_size=4"), log=lambda *_: None)
+        assert len(result.generations) == 4 * result.n and "val-core/" in " ".join(result.metrics())
     finally:
         local.close()
         sharded.close()

@@ -72,15 +72,31 @@ def load_role_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
 
 def write_whole_weights(folder: Path, out: Path) -> None:
     """The weights of the sharded checkpoint `folder` as one Hugging Face
-    model.safetensors in `out` (which holds the checkpoint's config.json)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    model.safetensors in `out` (which holds the checkpoint's config.json).
+    The model class is the one training loaded (`causal_lm_skeleton`: a
+    VL model's image-text-to-text class), its memory allocated, not initialised:
+    every saved tensor is read into it."""
+    from thinkrl.models.loading import causal_lm_skeleton
 
-    config = AutoConfig.from_pretrained(folder / ACTOR_DIR)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model = causal_lm_skeleton(str(folder / ACTOR_DIR), dtype=torch.float32)
+    model.to_empty(device="cpu")
     state = {"model": model.state_dict()}
+    missing = sorted(set(state["model"]) - _saved_model_keys(folder))
+    if missing:  # they would be exported as uninitialised memory
+        raise ValueError(f"{folder / DCP_DIR} lacks {len(missing)} weight(s) of the model in "
+                         f"{folder / ACTOR_DIR}/config.json (first: {missing[0]}); the checkpoint "
+                         "is of another model or incomplete")
     _dcp_load(state, folder)
     model.load_state_dict(state["model"])
     model.save_pretrained(out)
+
+
+def _saved_model_keys(folder: Path, files: RoleFiles = ACTOR_FILES) -> set[str]:
+    """The model's tensor names a sharded checkpoint holds (its DCP metadata)."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    names = FileSystemReader(str(folder / files.dcp_dir)).read_metadata().state_dict_metadata
+    return {name.removeprefix("model.") for name in names if name.startswith("model.")}
 
 
 def _dcp_load(state: dict, folder: Path, files: RoleFiles = ACTOR_FILES) -> None:
