@@ -53,9 +53,20 @@ def check_backend(cfg: Config) -> None:
 
 
 def check_model(cfg: Config, model_path: str) -> None:
-    """What the model folder rules out with this config, before it loads."""
+    """What the model's config rules out with this run's config, before any
+    weights load. A config that does not read is left to the model load,
+    which says why."""
+    from transformers import AutoConfig
+
     from thinkrl.models.vision import is_vision_model
 
-    problem = engine_model_problem(cfg.actor_rollout_ref.rollout, vision=is_vision_model(model_path))
+    model = cfg.actor_rollout_ref.model
+    is_vision_model(model_path)  # an unsupported VL model type is refused here, by name
+    try:
+        config = AutoConfig.from_pretrained(model_path, trust_remote_code=model.trust_remote_code,
+                                            **model.override_config)
+    except Exception:  # noqa: BLE001 - the model load reports it with its fix
+        return
+    problem = engine_model_problem(cfg.actor_rollout_ref.rollout, config)
     if problem is not None:
         raise SetupError(*problem)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from doctor_helpers import context
+from doctor_helpers import context, tiny_config
 
-from thinkrl.doctor.config import (check_backend, check_parallel_layout, check_rollout_parallel,
+from thinkrl.doctor.config import (check_backend, check_parallel_layout, check_rollout_model,
+                                   check_rollout_parallel,
                                    check_validate)
 from thinkrl.doctor.shards import read_sharded_layout
 
@@ -113,3 +114,46 @@ def test_ray_backend_torch_range(monkeypatch):
     monkeypatch.setattr(preflight.torch, "__version__", "2.5.1+cpu")
     row = check_backend(context("trainer.n_gpus_per_node=2"))
     assert row.status == "fail" and "torch 2.5.1+cpu" in row.found
+
+
+def test_rollout_tp_must_split_the_attention_heads():
+    from types import SimpleNamespace
+
+    from thinkrl.rollout.vllm_engine import engine_model_problem
+
+    def rollout(tp, name="vllm"):
+        return SimpleNamespace(name=name, tensor_model_parallel_size=tp)
+
+    qwen7b = SimpleNamespace(num_attention_heads=28, num_key_value_heads=4)  # Qwen2.5-7B
+    for tp in (1, 2, 4):  # seed 004 runs TP 4
+        assert engine_model_problem(rollout(tp), qwen7b) is None, tp
+    found, fix = engine_model_problem(rollout(8), qwen7b)  # 28 heads over 8 devices
+    assert "28 attention heads (4 key/value heads)" in found and "among 1, 2, 4, 28" in fix
+    # fewer key/value heads than devices: replicated, if the devices are a multiple of them
+    assert engine_model_problem(rollout(4), SimpleNamespace(num_attention_heads=8,
+                                                            num_key_value_heads=2)) is None
+    assert engine_model_problem(rollout(8, "native"), qwen7b) is None  # native ignores TP
+
+
+def test_the_tp_refusal_comes_before_any_weights_load(tiny_model_dir):
+    import json
+    import time
+
+    import pytest
+
+    from thinkrl.errors import SetupError
+    from thinkrl.preflight import check_model
+
+    heads = json.loads((tiny_model_dir / "config.json").read_text())["num_attention_heads"]
+    cfg = tiny_config(f"actor_rollout_ref.model.path={tiny_model_dir}",
+                      "actor_rollout_ref.rollout.name=vllm", "trainer.n_gpus_per_node=8",
+                      f"actor_rollout_ref.rollout.tensor_model_parallel_size={heads + 1}")
+    start = time.monotonic()
+    with pytest.raises(SetupError, match=f"does not split the model's {heads} attention heads"):
+        check_model(cfg, str(tiny_model_dir))
+    assert time.monotonic() - start < 5.0
+    row = check_rollout_model(context(f"actor_rollout_ref.model.path={tiny_model_dir}",
+                                      "actor_rollout_ref.rollout.name=vllm",
+                                      "trainer.n_gpus_per_node=8",
+                                      f"actor_rollout_ref.rollout.tensor_model_parallel_size={heads + 1}"))
+    assert row.status == "fail" and "attention heads" in row.found

@@ -111,7 +111,7 @@ def check_rollout_model(ctx: DoctorContext) -> CheckResult:
     rollout = ctx.cfg.actor_rollout_ref.rollout
     config = ctx.model_config
     vision = getattr(config, "vision_config", None) is not None
-    problem = engine_model_problem(rollout, vision=vision)
+    problem = engine_model_problem(rollout, config)
     if problem is not None:
         return fail("config/rollout-model", *problem)
     return ok("config/rollout-model", f"rollout.name={rollout.name} takes the "

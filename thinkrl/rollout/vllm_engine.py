@@ -91,16 +91,34 @@ def engine_parallel_problem(rollout, backend: str) -> tuple[str, str] | None:
     return None
 
 
-def engine_model_problem(rollout, *, vision: bool) -> tuple[str, str] | None:
-    """(what, fix) when the engine cannot roll out this model: vLLM rollouts
-    of vision-language models are not built yet (the trainer-side M-RoPE
-    positions of their responses are missing). Asked by the start-up checks
+def engine_model_problem(rollout, config) -> tuple[str, str] | None:
+    """(what, fix) when the engine cannot roll out the model of `config` (its
+    transformers config): vLLM rollouts of vision-language models are not
+    built yet (the trainer-side M-RoPE positions of their responses are
+    missing), and vLLM splits attention heads over tensor_model_parallel_size
+    devices (query heads evenly; key/value heads evenly, or replicated when
+    fewer than the devices). Asked by the start-up checks
     (`thinkrl.preflight`) and the doctor, before any model loads."""
-    if rollout.name != "vllm" or not vision:
+    if rollout.name != "vllm":
         return None
-    return (f"{_ARR}.name=vllm with a vision-language model (Qwen2.5-VL / Qwen2-VL) is not "
-            "built in this release",
-            f"use {_ARR}.name=native: it rolls out text and image prompts on both backends")
+    if getattr(config, "vision_config", None) is not None:
+        return (f"{_ARR}.name=vllm with a vision-language model (Qwen2.5-VL / Qwen2-VL) is not "
+                "built in this release",
+                f"use {_ARR}.name=native: it rolls out text and image prompts on both backends")
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    tp = rollout.tensor_model_parallel_size
+    heads = getattr(text, "num_attention_heads", None)
+    kv_heads = getattr(text, "num_key_value_heads", None) or heads
+    if heads is None or tp == 1:
+        return None
+    split = heads % tp == 0 and (kv_heads % tp == 0 if kv_heads >= tp else tp % kv_heads == 0)
+    if split:
+        return None
+    fits = [n for n in range(1, heads + 1) if heads % n == 0
+            and (kv_heads % n == 0 if kv_heads >= n else n % kv_heads == 0)]
+    return (f"{_ARR}.tensor_model_parallel_size={tp} does not split the model's {heads} attention "
+            f"heads ({kv_heads} key/value heads) evenly over {tp} devices, as vLLM must",
+            f"choose tensor_model_parallel_size among {', '.join(map(str, fits))}")
 
 
 def engine_arguments(cfg, *, model_path: str, max_model_len: int, seed: int,
