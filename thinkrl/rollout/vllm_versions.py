@@ -29,8 +29,9 @@ OLDEST = (0, 10)
 """The first release with `logprobs_mode` ("processed_logprobs")."""
 RELOAD_WITH_TENSORS = (0, 16)
 """The first release whose `reload_weights` takes `weights_iterator`."""
-TESTED = ("0.32.0",)
-"""Releases a test of this repository ran (the CPU build, `make test-vllm`)."""
+TESTED = ("0.31.0", "0.32.0")
+"""Releases the vllm tests of this repository ran (CPU builds: `make test-vllm`
+installs 0.32.0; 0.31.0 in a venv of its own, docs/benchmarks.md)."""
 
 
 def release(version: str) -> tuple[int, int]:
