@@ -25,8 +25,8 @@ def torch_problem(version: str) -> tuple[str, str] | None:
         return None
     return (f"trainer.backend=ray shards with FSDP2 (torch.distributed.fsdp.fully_shard), "
             f"public from torch {'.'.join(map(str, MIN_TORCH))}; this is torch {version}",
-            "pip install 'torch>=2.6' (thinkrl runs the ray backend on 2.6 to 2.13; the "
-            "Makefile pins 2.13.0), or use one device: trainer.n_gpus_per_node=1")
+            "pip install 'torch>=2.6' (thinkrl's tests ran the ray backend on 2.7.1 and "
+            "2.13.0, which the Makefile pins), or use one device: trainer.n_gpus_per_node=1")
 
 
 def check_backend(cfg: Config) -> None:

@@ -12,14 +12,14 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from thinkrl.checkpoint.sharded import ACTOR_DIR, DCP_DIR, write_whole_weights
 
 
-def _checkpoint(tmp_path, *, saved_layers: int, config_layers: int):
+def _checkpoint(tmp_path, *, saved_layers: int, config_layers: int, tied: bool = False):
     import torch.distributed.checkpoint as dcp
 
     def model(layers):
         torch.manual_seed(0)
         return Qwen2ForCausalLM(Qwen2Config(vocab_size=32, hidden_size=16, intermediate_size=32,
                                             num_hidden_layers=layers, num_attention_heads=2,
-                                            num_key_value_heads=1))
+                                            num_key_value_heads=1, tie_word_embeddings=tied))
 
     folder = tmp_path / "global_step_1"
     saved = model(saved_layers)
@@ -30,14 +30,20 @@ def _checkpoint(tmp_path, *, saved_layers: int, config_layers: int):
     return folder, saved
 
 
-def test_the_gathered_folder_holds_the_saved_weights(tmp_path):
-    folder, saved = _checkpoint(tmp_path, saved_layers=2, config_layers=2)
+@pytest.mark.parametrize("tied", [False, True])
+def test_the_gathered_folder_holds_the_saved_weights(tmp_path, tied):
+    folder, saved = _checkpoint(tmp_path, saved_layers=2, config_layers=2, tied=tied)
     out = tmp_path / "hf"
     write_whole_weights(folder, out)
     weights = load_file(out / "model.safetensors")
+    # a tied head is the embedding: saved once, as the model's own save_pretrained does
+    assert ("lm_head.weight" in weights) != tied
     for name, tensor in saved.state_dict().items():
-        if name in weights:  # the tied head is saved once
+        if name in weights:
             assert torch.equal(weights[name], tensor), name
+    reloaded = Qwen2ForCausalLM.from_pretrained(out)
+    for name, tensor in saved.state_dict().items():
+        assert torch.equal(reloaded.state_dict()[name], tensor), name
 
 
 def test_weights_the_checkpoint_lacks_are_refused(tmp_path):

@@ -151,7 +151,7 @@ def test_the_tp_refusal_comes_before_any_weights_load(tiny_model_dir):
     start = time.monotonic()
     with pytest.raises(SetupError, match=f"does not split the model's {heads} attention heads"):
         check_model(cfg, str(tiny_model_dir))
-    assert time.monotonic() - start < 5.0
+    assert time.monotonic() - start < 10.0
     row = check_rollout_model(context(f"actor_rollout_ref.model.path={tiny_model_dir}",
                                       "actor_rollout_ref.rollout.name=vllm",
                                       "trainer.n_gpus_per_node=8",

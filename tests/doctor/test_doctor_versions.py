@@ -93,3 +93,13 @@ def test_torch_npu_without_the_rotary_op_fails_whatever_its_version(monkeypatch,
 def test_no_torch_npu_is_fine():
     assert "torch_npu" not in sys.modules
     assert check_npu_ops(context()).status == "ok"
+
+
+def test_a_stack_covered_by_tested_and_expected_entries_together_says_which(monkeypatch):
+    # torch 2.7.1 + transformers 5.24 + ray: tested here; vllm 0.10.0 with torch 2.7.1: expected
+    _fake_metadata(monkeypatch, {"torch": "2.7.1", "transformers": "5.24.0", "ray": "2.60.0",
+                                 "vllm": "0.10.0"})
+    row = check_stack(context())
+    assert row.status == "ok", row.found
+    assert "tested: thinkrl ray backend on torch 2.7.1" in row.found
+    assert "expected, not run by thinkrl's tests: verl + vLLM 0.10.0" in row.found

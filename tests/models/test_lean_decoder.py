@@ -6,6 +6,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from thinkrl.models.lean_decoder import (attend_one, attention, attention_dtype, decoder_logits,
+                                         fused_weights_of, split_weights_of,
                                          lean_spec, one_query_bias, padding_attention_mask)
 
 
@@ -115,3 +116,30 @@ def test_attention_dtype_by_device_and_autocast():
     assert attention_dtype("cuda", f32, bf16) == bf16
     assert attention_dtype("cuda", bf16, None) == bf16  # bfloat16 weights, no autocast
     assert attention_dtype("npu", f32, None) == f32
+
+
+def test_split_weights_compute_the_same_and_keep_no_weight_copy_for_backward():
+    """`split_weights_of` (training on accelerators and FSDP2 shards): the same
+    logits and gradients as Hugging Face, and what autograd keeps for the
+    backward holds no concatenated q/k/v or gate/up copy, only parameters."""
+    model = _qwen2()
+    ids, mask, pos = _batch()
+    hf = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, -5:]
+    real = mask[:, -5:].bool()
+    hf[real].logsumexp(-1).sum().backward()
+    want = {n: p.grad.clone() for n, p in model.named_parameters()}
+    params = {p.data_ptr() for p in model.parameters()}
+    for weights_of, copies_kept in ((split_weights_of, False), (fused_weights_of, True)):
+        model.zero_grad()
+        kept = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t) or t, lambda t: t):
+            lean = decoder_logits(lean_spec(model), ids, pos, padding_attention_mask(mask, 9), keep=5,
+                                  weights=[weights_of(layer) for layer in model.model.layers])
+        # [(H + 2K) D, E] and [2 I, E] (kept transposed), not a parameter's storage
+        copies = [t for t in kept if t.dim() == 2 and t.numel() in ((32 + 2 * 16) * 32, 96 * 32)
+                  and t.data_ptr() not in params]
+        assert bool(copies) == copies_kept, weights_of.__name__
+        lean[real].logsumexp(-1).sum().backward()
+        assert torch.allclose(lean[real], hf[real], atol=1e-5, rtol=1e-5)
+        for name, p in model.named_parameters():
+            assert torch.allclose(p.grad, want[name], atol=1e-5, rtol=1e-4), name

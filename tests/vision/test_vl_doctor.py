@@ -60,7 +60,7 @@ def test_vllm_rollout_of_a_vl_model_is_refused_before_it_loads(tiny_vl_dir, tmp_
     start = time.monotonic()
     with pytest.raises(SetupError, match="vision-language model") as err:
         check_model(cfg, str(tiny_vl_dir))
-    assert time.monotonic() - start < 2.0 and "rollout.name=native" in str(err.value)
+    assert time.monotonic() - start < 10.0 and "rollout.name=native" in str(err.value)
     check_model(load_config(recipe_path("tiny"), [f"actor_rollout_ref.model.path={tiny_vl_dir}"]),
                 str(tiny_vl_dir))  # the native engine takes it
     rows = {r.check: r for r in diagnose(load_config(recipe_path("tiny"), [

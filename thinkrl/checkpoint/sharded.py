@@ -80,6 +80,7 @@ def write_whole_weights(folder: Path, out: Path) -> None:
 
     model = causal_lm_skeleton(str(folder / ACTOR_DIR), dtype=torch.float32)
     model.to_empty(device="cpu")
+    model.tie_weights()  # to_empty unties them: the head would be saved twice
     state = {"model": model.state_dict()}
     missing = sorted(set(state["model"]) - _saved_model_keys(folder))
     if missing:  # they would be exported as uninitialised memory

@@ -130,6 +130,7 @@ def run_eval(cfg, *, log=print):
 
     from thinkrl.assets import run_tokenizer, val_batch_size, validation_sampling
     from thinkrl.evaluation import evaluate
+    from thinkrl.preflight import check_model
     from thinkrl.rewards.scorer import RewardScorer
     from thinkrl.workers.group import LocalGroup
     from thinkrl.workers.handles import EngineHandle
@@ -138,6 +139,7 @@ def run_eval(cfg, *, log=print):
     torch.manual_seed(cfg.trainer.seed)
     model_path = model_folder(cfg.actor_rollout_ref.model.path, log=log)
     log(f"model: {model_path}")
+    check_model(cfg, model_path)  # what the engine cannot take, before anything loads
     tokenizer = run_tokenizer(cfg, model_path)
     prompts = eval_prompts(cfg, tokenizer, model_path, log=log)
     reward = RewardScorer.from_config(cfg)

@@ -111,25 +111,25 @@ def _stack(ctx: DoctorContext) -> dict[str, str]:
 
 
 def check_stack(ctx: DoctorContext) -> CheckResult:
-    """The installed stack is a tested combination, or an expected one (said
-    so: no thinkrl test ran it); anything else warns, never fails."""
+    """The installed stack is covered by tested combinations, or by expected
+    ones (said so: no thinkrl test ran them); anything else warns, never fails."""
     installed, table = _stack(ctx), load_table()
     shown = ", ".join(f"{p} {v}" for p, v in installed.items())
-    for kind, entries in (("tested", table.tested), ("expected, not run by thinkrl's tests",
-                                                     table.expected)):
-        fitting = [e for e in entries if _entry_fits(e, installed)]
-        covered = {p for e in fitting for p in e if p in installed}
-        if fitting and all(p in covered for p in installed):
-            return ok("versions/stack", f"{shown} ({kind}: {'; '.join(e['name'] for e in fitting)})")
-    entries = table.tested + table.expected
-    covered = {p for e in entries if _entry_fits(e, installed) for p in e if p in installed}
+    tested = [e for e in table.tested if _entry_fits(e, installed)]
+    expected = [e for e in table.expected if _entry_fits(e, installed)]
+    covered = {p for e in tested + expected for p in e if p in installed}
     uncovered = [p for p in installed if p not in covered]
+    if not uncovered:
+        parts = [f"{kind}: {'; '.join(e['name'] for e in entries)}" for kind, entries in (
+            ("tested", tested), ("expected, not run by thinkrl's tests", expected)) if entries]
+        return ok("versions/stack", f"{shown} ({'; '.join(parts)})")
+    entries = table.tested + table.expected
     same_torch = [e for e in entries if "torch" in installed and "torch" in e
                   and matches(installed["torch"], e["torch"])]
     known = "; ".join(f"{e['name']}: " + ", ".join(f"{p} {e[p]}" for p in e if p in PACKAGES + ("cann",))
                       for e in (same_torch or table.tested)[:3])
     return warn("versions/stack", f"{shown}: no listed combination covers "
-                f"{', '.join(f'{p} {installed[p]}' for p in uncovered or installed)}",
+                f"{', '.join(f'{p} {installed[p]}' for p in uncovered)}",
                 f"it may work; listed: {known} (thinkrl/doctor/versions.yaml)")
 
 

@@ -66,8 +66,8 @@ def response_logprobs(model: torch.nn.Module, input_ids: Tensor, attention_mask:
     each distinct prompt computed once, response columns past the longest
     response of these rows not computed: their log-probs and entropies are 0,
     and every loss masks them). Equal to the padded forward up to float32
-    rounding (<= 2e-6 on log-probs), on one process and on FSDP2 shards;
-    other models always take the padded one.
+    rounding (tests: <= 2e-6 on log-probs on one process; <= 1e-5 on 2 FSDP2
+    ranks, with wider test weights); other models always take the padded one.
     With `fused_head` too (model.use_fused_kernels) that pass never holds
     more than a chunk of tokens' logits (`thinkrl.models.fused_head`)."""
     spec = lean_spec(model) if remove_padding and model_inputs is None else None

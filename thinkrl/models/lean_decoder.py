@@ -6,7 +6,9 @@ as in its matrix products. This is the same computation written as one
 function over the same parameters (so gradients reach them and the
 optimizer, FSDP and checkpoints see nothing new), with
 - q/k/v as one matrix product and gate/up as one (the weights concatenated
-  per call: a copy of the layer's weights, tiny next to the activations);
+  per call: a copy of the layer's weights, small next to a CPU run's
+  activations; a training forward on accelerators or FSDP2 shards takes
+  the parameters unconcatenated instead, `split_weights_of`);
 - rotary tables built once per call, not once per layer;
 - an optional key/value cache (`thinkrl.rollout.kv_cache.StaticKVCache`)
   written in place for decoding.
@@ -132,9 +134,9 @@ def padding_attention_mask(attention_mask: Tensor, queries: int) -> Tensor:
 class FusedWeights:
     """One layer's q/k/v and gate/up weights, concatenated (see `fused_weights`)."""
 
-    qkv: Tensor  # [(H + 2K) D, E]
-    qkv_bias: Tensor | None
-    gate_up: Tensor  # [2 I, E]
+    qkv: Tensor | tuple[Tensor, ...]  # [(H + 2K) D, E], or (q, k, v) unconcatenated
+    qkv_bias: Tensor | tuple[Tensor, ...] | None
+    gate_up: Tensor | tuple[Tensor, ...]  # [2 I, E], or (gate, up)
     o: Tensor  # [E, H D]
     o_bias: Tensor | None
     down: Tensor  # [E, I]
@@ -253,7 +255,7 @@ def project_qkv(spec: LeanSpec, layer: torch.nn.Module, fused: FusedWeights, h: 
     n, s, _ = h.shape
     q_size, kv_size = spec.heads * spec.head_dim, spec.kv_heads * spec.head_dim
     x = _rms_norm(h, layer.input_layernorm, spec.eps)
-    qkv = F.linear(x, fused.qkv, fused.qkv_bias)  # [N, S, (H + 2K) D]
+    qkv = _linear(x, fused.qkv, fused.qkv_bias)  # [N, S, (H + 2K) D]
     qk, v = qkv.split((q_size + kv_size, kv_size), dim=-1)
     # Queries and keys rotate by the same angles: one pass over both (half the small ops).
     qk = _rotate(qk.view(n, s, spec.heads + spec.kv_heads, spec.head_dim), cos, sin)
@@ -270,7 +272,7 @@ def finish_layer(layer: torch.nn.Module, fused: FusedWeights, h: Tensor, attende
     out = attended.transpose(1, 2).reshape(n, s, heads * d)
     h = h + F.linear(out, fused.o, fused.o_bias)
     x = _rms_norm(h, layer.post_attention_layernorm, eps)
-    gate, up = F.linear(x, fused.gate_up).chunk(2, -1)
+    gate, up = _linear(x, fused.gate_up, None).chunk(2, -1)
     return h + F.linear(F.silu(gate) * up, fused.down)
 
 
@@ -287,6 +289,30 @@ def final_hidden(spec: LeanSpec, h: Tensor) -> Tensor:
 def head_logits(spec: LeanSpec, h: Tensor) -> Tensor:
     """The output head alone: final-normed h [N, S, E] -> logits [N, S, V]."""
     return F.linear(h, spec.model.lm_head.weight, spec.model.lm_head.bias)
+
+
+def _linear(x: Tensor, weight: Tensor | tuple[Tensor, ...],
+            bias: Tensor | tuple[Tensor, ...] | None) -> Tensor:
+    """x W^T + b for one weight, or for parts [W_1; W_2; ..] as one output."""
+    if isinstance(weight, Tensor):
+        return F.linear(x, weight, bias)
+    biases = bias if bias is not None else (None,) * len(weight)
+    return torch.cat([F.linear(x, w, b) for w, b in zip(weight, biases)], dim=-1)
+
+
+def split_weights_of(layer: torch.nn.Module) -> FusedWeights:
+    """One layer's weights as the parameters themselves, unconcatenated: for
+    a training forward on accelerators or FSDP2 shards, where a product's
+    backward keeps its weight. Kept, a parameter costs nothing more (FSDP2
+    frees a gathered one after the layer and gathers it again for the
+    backward); a concatenated copy would stay whole on the device until the
+    backward, for every layer (a whole model's q/k/v and gate/up weights)."""
+    attn, mlp = layer.self_attn, layer.mlp
+    bias = None if attn.q_proj.bias is None else (attn.q_proj.bias, attn.k_proj.bias,
+                                                  attn.v_proj.bias)
+    return FusedWeights(qkv=(attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight),
+                        qkv_bias=bias, gate_up=(mlp.gate_proj.weight, mlp.up_proj.weight),
+                        o=attn.o_proj.weight, o_bias=attn.o_proj.bias, down=mlp.down_proj.weight)
 
 
 def fused_weights_of(layer: torch.nn.Module) -> FusedWeights:

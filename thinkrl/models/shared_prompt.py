@@ -28,8 +28,8 @@ from torch.utils.checkpoint import checkpoint
 
 from thinkrl.models.lean_decoder import (LeanSpec, attention, final_hidden, finish_layer,
                                          fused_weights_of, head_logits, padding_attention_mask,
-                                         project_qkv, rotary_tables)
-from thinkrl.parallel.fsdp import as_forward
+                                         project_qkv, rotary_tables, split_weights_of)
+from thinkrl.parallel.fsdp import as_forward, is_sharded
 
 
 def distinct_prompts(prompt_ids: Tensor, prompt_mask: Tensor) -> tuple[Tensor, Tensor]:
@@ -115,7 +115,10 @@ def _shared_prompt_layer(layer: torch.nn.Module, spec: LeanSpec, h_p: Tensor, h_
 def _layer_body(layer: torch.nn.Module, spec: LeanSpec, h_p: Tensor, h_r: Tensor,
                 rope_p: tuple[Tensor, Tensor], rope_r: tuple[Tensor, Tensor],
                 masks: tuple[Tensor, Tensor], inverse: Tensor) -> tuple[Tensor, Tensor]:
-    fused = fused_weights_of(layer)
+    # A product's backward keeps its weight: on shards or accelerators the
+    # parameters themselves (no concatenated copy held until the backward).
+    split = torch.is_grad_enabled() and (is_sharded(layer) or h_p.device.type != "cpu")
+    fused = split_weights_of(layer) if split else fused_weights_of(layer)
     q_p, k_p, v_p = project_qkv(spec, layer, fused, h_p, *rope_p)
     out_p = attention(q_p, k_p, v_p, masks[0])
     if h_r.shape[1] > 0:

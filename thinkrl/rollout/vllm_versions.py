@@ -17,7 +17,10 @@ the same tag):
 - Before 0.16, `reload_weights` only reads the checkpoint from disk again;
   there, as verl does on those releases, each worker calls its model's
   `load_weights` with the tensors (a function run on every worker through
-  `LLM.collective_rpc`, which takes one in these releases).
+  `LLM.collective_rpc`, which takes one in these releases). No test of this
+  repository ran that path on a real engine: no vLLM build before 0.16
+  installs beside the test machines' torch (tests/rollout/test_vllm_versions.py
+  checks it against a stand-in worker).
 """
 
 from __future__ import annotations
