@@ -61,7 +61,9 @@ def check_model(cfg: Config, model_path: str) -> None:
     from thinkrl.models.vision import is_vision_model
 
     model = cfg.actor_rollout_ref.model
-    is_vision_model(model_path)  # an unsupported VL model type is refused here, by name
+    vision = is_vision_model(model_path)  # an unsupported VL model type is refused here, by name
+    if vision and cfg.actor_rollout_ref.rollout.name == "vllm":
+        check_vllm_vision_usable()
     try:
         config = AutoConfig.from_pretrained(model_path, trust_remote_code=model.trust_remote_code,
                                             **model.override_config)
@@ -70,3 +72,17 @@ def check_model(cfg: Config, model_path: str) -> None:
     problem = engine_model_problem(cfg.actor_rollout_ref.rollout, config)
     if problem is not None:
         raise SetupError(*problem)
+
+
+def check_vllm_vision_usable() -> None:
+    """vLLM's Qwen2-VL modules import transformers' image processor, which
+    imports torchvision: it must import beside this torch."""
+    try:
+        import torchvision.transforms.v2.functional  # noqa: F401
+    except Exception as err:  # noqa: BLE001 - ImportError, or torchvision's RuntimeError
+        raise SetupError(
+            f"actor_rollout_ref.rollout.name=vllm with a vision-language model needs torchvision, "
+            f"which does not import here ({type(err).__name__}: {err})",
+            f"pip install the torchvision built for torch {torch.__version__} (a CPU torch needs "
+            "PyTorch's CPU torchvision build; PyPI's links the CUDA libraries), or use "
+            "actor_rollout_ref.rollout.name=native") from None

@@ -62,3 +62,20 @@ def test_each_release_loads_by_its_own_path():
     llm = _Recorder(SimpleNamespace(model_runner=SimpleNamespace(model=model)))
     vv.weight_loader("0.11.0rc1")(llm, [("proj.weight", new)])
     assert callable(llm.calls[0]) and torch.equal(model.proj.weight, new)
+
+
+def test_an_older_releases_engine_argument_becomes_its_successor():
+    # seed 004 (vLLM 0.11) sets disable_mm_preprocessor_cache=True; 0.32 sizes the cache instead
+    known = {"model", "mm_processor_cache_gb"}
+    args, notes = vv.translate_arguments({"model": "m", "disable_mm_preprocessor_cache": True}, known)
+    assert args == {"model": "m", "mm_processor_cache_gb": 0.0}
+    assert "disable_mm_preprocessor_cache=True" in notes[0] and "mm_processor_cache_gb=0.0" in notes[0]
+    args, _ = vv.translate_arguments({"disable_mm_preprocessor_cache": False}, known)
+    assert args == {}  # cache left on, at its default
+    # a release that still takes the old name keeps it; an explicit new value wins
+    old_release = {"disable_mm_preprocessor_cache", "mm_processor_cache_gb"}
+    assert vv.translate_arguments({"disable_mm_preprocessor_cache": True}, old_release)[0] == {
+        "disable_mm_preprocessor_cache": True}
+    args, _ = vv.translate_arguments({"disable_mm_preprocessor_cache": True,
+                                      "mm_processor_cache_gb": 2.0}, known)
+    assert args == {"mm_processor_cache_gb": 2.0}

@@ -92,12 +92,18 @@ def write_whole_weights(folder: Path, out: Path) -> None:
     model.save_pretrained(out)
 
 
-def _saved_model_keys(folder: Path, files: RoleFiles = ACTOR_FILES) -> set[str]:
-    """The model's tensor names a sharded checkpoint holds (its DCP metadata)."""
+def _saved_keys(folder: Path, files: RoleFiles = ACTOR_FILES) -> set[str]:
+    """Every flattened name a sharded checkpoint holds ("model.<fqn>",
+    "optim.state.<fqn>.exp_avg", ...: its DCP metadata)."""
     from torch.distributed.checkpoint import FileSystemReader
 
-    names = FileSystemReader(str(folder / files.dcp_dir)).read_metadata().state_dict_metadata
-    return {name.removeprefix("model.") for name in names if name.startswith("model.")}
+    return set(FileSystemReader(str(folder / files.dcp_dir)).read_metadata().state_dict_metadata)
+
+
+def _saved_model_keys(folder: Path, files: RoleFiles = ACTOR_FILES) -> set[str]:
+    """The model's tensor names a sharded checkpoint holds."""
+    return {name.removeprefix("model.") for name in _saved_keys(folder, files)
+            if name.startswith("model.")}
 
 
 def _dcp_load(state: dict, folder: Path, files: RoleFiles = ACTOR_FILES) -> None:
@@ -111,14 +117,26 @@ def _dcp_load(state: dict, folder: Path, files: RoleFiles = ACTOR_FILES) -> None
 
 
 def _load_dcp(model, optimizer, folder: Path, files: RoleFiles) -> None:
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state_dict,
+                                                         set_model_state_dict,
+                                                         set_optimizer_state_dict)
 
     # The current state as the template DCP fills in (shaped like this run's shards).
     model_state, optim_state = get_state_dict(model, optimizer)
+    # AdamW keeps no state for a parameter that never had a gradient (a VL
+    # model's vision tower on text-only prompts), so the checkpoint has none;
+    # the template (which DCP fills) gets every trainable parameter's. Such a
+    # parameter resumes without state, as it was saved: AdamW's lazy start.
+    saved = _saved_keys(folder, files)
+    optim_state["state"] = {
+        fqn: values for fqn, values in optim_state["state"].items()
+        if all(f"optim.state.{fqn}.{key}" in saved for key in values)}
     state = {"model": model_state, "optim": optim_state}
     _dcp_load(state, folder, files)
-    set_state_dict(model, optimizer, model_state_dict=state["model"],
-                   optim_state_dict=state["optim"])
+    set_model_state_dict(model, state["model"])  # strict: every weight comes from the checkpoint
+    # not strict: the parameters left out above have no state to load
+    set_optimizer_state_dict(model, optimizer, state["optim"],
+                             options=StateDictOptions(strict=False))
 
 
 def _load_whole(model, optimizer, folder: Path, files: RoleFiles) -> None:

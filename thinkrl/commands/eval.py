@@ -130,7 +130,9 @@ def run_eval(cfg, *, log=print):
 
     from thinkrl.assets import run_tokenizer, val_batch_size, validation_sampling
     from thinkrl.evaluation import evaluate
+    from thinkrl.errors import SetupError
     from thinkrl.preflight import check_model
+    from thinkrl.rollout.vllm_engine import engine_parallel_problem
     from thinkrl.rewards.scorer import RewardScorer
     from thinkrl.workers.group import LocalGroup
     from thinkrl.workers.handles import EngineHandle
@@ -140,6 +142,9 @@ def run_eval(cfg, *, log=print):
     model_path = model_folder(cfg.actor_rollout_ref.model.path, log=log)
     log(f"model: {model_path}")
     check_model(cfg, model_path)  # what the engine cannot take, before anything loads
+    problem = engine_parallel_problem(cfg.actor_rollout_ref.rollout, "local")  # one process
+    if problem is not None:
+        raise SetupError(*problem)
     tokenizer = run_tokenizer(cfg, model_path)
     prompts = eval_prompts(cfg, tokenizer, model_path, log=log)
     reward = RewardScorer.from_config(cfg)

@@ -114,6 +114,12 @@ def check_rollout_model(ctx: DoctorContext) -> CheckResult:
     problem = engine_model_problem(rollout, config)
     if problem is not None:
         return fail("config/rollout-model", *problem)
+    if vision and rollout.name == "vllm":
+        from thinkrl.preflight import check_vllm_vision_usable
+        try:
+            check_vllm_vision_usable()
+        except ValueError as err:
+            return fail("config/rollout-model", *problem_and_fix(err))
     return ok("config/rollout-model", f"rollout.name={rollout.name} takes the "
               f"{'vision-language' if vision else 'text'} model {config.model_type!r}")
 

@@ -1,7 +1,8 @@
 """A tiny Qwen2.5-VL made from a config, saved as an ordinary model folder.
 
 For tests and benchmarks: a 2-layer, 64-wide text model with M-RoPE
-(`mrope_section` [2, 3, 3], summing to head_dim / 2 = 8) and a 2-block
+(`mrope_section` [2, 3, 3], summing to head_dim / 2 = 8; `hidden_size=128`
+gives head_dim 32, which vLLM's CPU attention needs) and a 2-block
 vision tower whose merger outputs 64 features, with the real Qwen2.5
 tokenizer (it has the vision special tokens) and a Qwen2-VL image processor.
 Its weights are random (seeded): it checks the plumbing, it cannot see.
@@ -33,8 +34,18 @@ class TinyVLSpec:
     max_pixels: int = 28 * 28 * 16
     """Largest image area after resizing (16 merged tokens): keeps prompts short."""
     seed: int = 0
+    initializer_range: float = 0.02
+    """The text model's init scale; wider (0.3) gives a random model whose
+    greedy tokens depend on its input, for engine-equality tests."""
     model_type: str = "qwen2_5_vl"
     """"qwen2_5_vl" or "qwen2_vl" (its vision tower has no window attention)."""
+
+
+def mrope_section(spec: TinyVLSpec) -> list[int]:
+    """M-RoPE's split of head_dim / 2 rotary pairs into (t, h, w) in Qwen2.5-VL's
+    proportions (16, 24, 24 of 64): [2, 3, 3] at head_dim 16, [4, 6, 6] at 32."""
+    half = spec.hidden_size // 4 // 2  # 4 attention heads
+    return [half // 4, 3 * half // 8, 3 * half // 8]
 
 
 def tiny_vl_config(spec: TinyVLSpec, *, vocab_size: int):
@@ -43,7 +54,8 @@ def tiny_vl_config(spec: TinyVLSpec, *, vocab_size: int):
     text = dict(hidden_size=spec.hidden_size, intermediate_size=2 * spec.hidden_size,
                 num_hidden_layers=spec.num_layers, num_attention_heads=4, num_key_value_heads=2,
                 vocab_size=vocab_size, max_position_embeddings=4096,
-                rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3],
+                initializer_range=spec.initializer_range,
+                rope_parameters={"rope_type": "default", "mrope_section": mrope_section(spec),
                                  "rope_theta": 10000.0})
     if spec.model_type == "qwen2_vl":  # the merger's output width is `hidden_size` there
         vision = dict(depth=spec.vision_depth, embed_dim=spec.vision_hidden_size,

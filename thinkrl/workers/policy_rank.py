@@ -132,6 +132,7 @@ class PolicyRank:
         engine may have started from dummy weights, or the actor may resume)."""
         spec, rollout = self.spec, self.spec.cfg.actor_rollout_ref.rollout
         if rollout.name == "vllm":
+            from thinkrl.models.vision import is_vision_model
             from thinkrl.rollout.vllm_engine import VllmEngine
             # The ranks of one tensor-parallel engine draw the same seeds.
             engine_index = spec.rank // rollout.tensor_model_parallel_size
@@ -140,7 +141,8 @@ class PolicyRank:
                 max_model_len=spec.sizes.prompt_length + spec.sizes.response_length,
                 eos_token_ids=list(spec.eos_token_ids), pad_token_id=spec.pad_token_id,
                 seed=sampling_seed(spec.cfg, rank=engine_index), device_kind=self.device.type,
-                group_rank=(spec.rank, self._local_rank()) if sharded else None)
+                group_rank=(spec.rank, self._local_rank()) if sharded else None,
+                vision_model=model if is_vision_model(spec.model_path) else None)
             engine.update_weights(self.actor.weights())
             return engine
         return NativeEngine(
