@@ -24,6 +24,7 @@ from thinkrl.rollout.base import SamplingParams  # noqa: E402
 from thinkrl.rollout.native import NativeEngine  # noqa: E402
 from thinkrl.rollout.vllm_engine import VllmEngine  # noqa: E402
 from thinkrl.rollout.weight_sync import full_state_tensors  # noqa: E402
+from vllm_helpers import engine_weights, expected_engine_weights  # noqa: E402
 
 PAD, EOS = 0, 1
 PROMPTS = [[5, 6, 7, 8], [9, 10, 11, 12, 13, 14], [15, 16], [20, 21, 22]]
@@ -146,48 +147,9 @@ def test_validation_sampling_greedy_with_several_responses(engine, hf_model):
     assert got.response_ids.tolist() == want.response_ids.tolist()
 
 
-def engine_weights(llm) -> dict[str, torch.Tensor]:
-    """The weights vLLM computes with, read back through each module: a
-    linear layer's matrix is its output on the identity (CPU vLLM repacks
-    matrices for its kernels, so they cannot be read directly)."""
-    def read(model):
-        out = {}
-        for name, module in model.named_modules():
-            if hasattr(module, "quant_method") and hasattr(module, "input_size") \
-                    and "embed" not in name and "lm_head" not in name:
-                y = module(torch.eye(module.input_size))
-                y = y[0] if isinstance(y, tuple) else y
-                bias = getattr(module, "bias", None)
-                if bias is not None and not module.skip_bias_add:
-                    y = y - bias
-                    out[name + ".bias"] = bias.detach().clone()
-                out[name + ".weight"] = y.T.contiguous()
-            elif name.endswith(("norm", "embed_tokens", "lm_head")) and hasattr(module, "weight") \
-                    and module.weight.numel():
-                out[name + ".weight"] = module.weight.detach().clone()
-        return out
-    return llm.apply_model(read)[0]
-
-
-def expected_engine_weights(model) -> dict[str, torch.Tensor]:
-    """The transformers weights in vLLM's fused layout (q|k|v and gate|up stacked)."""
-    s = {k: v.detach() for k, v in model.state_dict().items()}
-    out = {}
-    for i in range(model.config.num_hidden_layers):
-        p = f"model.layers.{i}."
-        out[p + "self_attn.qkv_proj.weight"] = torch.cat([s[p + f"self_attn.{x}_proj.weight"] for x in "qkv"])
-        out[p + "self_attn.qkv_proj.bias"] = torch.cat([s[p + f"self_attn.{x}_proj.bias"] for x in "qkv"])
-        out[p + "mlp.gate_up_proj.weight"] = torch.cat([s[p + "mlp.gate_proj.weight"], s[p + "mlp.up_proj.weight"]])
-        for k in ("self_attn.o_proj.weight", "mlp.down_proj.weight", "input_layernorm.weight",
-                  "post_attention_layernorm.weight"):
-            out[p + k] = s[p + k]
-    for k in ("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"):
-        out[k] = s[k]
-    return out
-
-
 def assert_engine_holds(engine, model, *, atol=1e-5):
-    got, want = engine_weights(engine.llm), expected_engine_weights(model)
+    got = engine_weights(engine.llm)
+    want = expected_engine_weights(model.state_dict(), model.config.num_hidden_layers)
     missing = set(want) - set(got)
     assert not missing - {"lm_head.weight"}, f"not readable from the engine: {missing}"
     for name in sorted(set(want) & set(got)):

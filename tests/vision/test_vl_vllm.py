@@ -28,6 +28,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 from test_vl_rollout import prompts  # noqa: E402
 from test_vl_train import _metrics, gsm8k_files  # noqa: E402,F401 - a fixture
 from vl_helpers import SEED_004, png, seed_004_overrides, small_run  # noqa: E402
+from vllm_helpers import engine_weights, expected_engine_weights  # noqa: E402
 
 from thinkrl.config import Config  # noqa: E402
 from thinkrl.data.dataset import collate  # noqa: E402
@@ -137,6 +138,13 @@ def test_a_sync_moves_the_engine_to_the_trained_weights(vl):
             for p in model.parameters():
                 p.add_(0.05 * torch.randn(p.shape, generator=generator))
         engine.update_weights(full_state_tensors(model))
+        # tensor by tensor: the engine's language model is the trainer's
+        got = engine_weights(engine.llm, part=lambda m: m.language_model)
+        want = expected_engine_weights(model.state_dict(), model.config.text_config.num_hidden_layers,
+                                       prefix="model.language_model.")
+        assert not set(want) - set(got) - {"lm_head.weight"}, set(want) - set(got)
+        for name in sorted(set(want) & set(got)):
+            torch.testing.assert_close(got[name], want[name], atol=1e-5, rtol=0, msg=name)
         _assert_greedy_equal(engine, model, tokenizer, _batch(tokenizer, encoder))
     finally:
         model.load_state_dict(state)
@@ -185,3 +193,30 @@ def test_seed_004_launch_line_with_vllm_tp2_on_two_ray_ranks(asset_cache, vl_dir
         f"actor_rollout_ref.model.path={run}", "trainer.n_gpus_per_node=1",
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1"]), log=lambda *_: None)
     assert len(evaluated.generations) == 4 * evaluated.n
+
+
+def test_qwen2_vl_through_vllm_answers_as_the_native_engine(tmp_path):
+    """Qwen2-VL (no window attention in its tower) takes the same path."""
+    from conftest import QWEN_TOKENIZER
+    from thinkrl.models.tiny_vl import TinyVLSpec, build_tiny_vl
+
+    if not (QWEN_TOKENIZER / "vocab.json").is_file():
+        pytest.skip("../shared/data (the Qwen2.5 tokenizer) is absent")
+    folder = build_tiny_vl(tmp_path / "tiny-qwen2-vl", tokenizer_dir=QWEN_TOKENIZER,
+                           spec=TinyVLSpec(hidden_size=128, initializer_range=0.3,
+                                           model_type="qwen2_vl"))
+    tokenizer = load_tokenizer(str(folder))
+    model = load_causal_lm(str(folder), dtype=torch.float32, device=torch.device("cpu")).eval()
+    assert type(model).__name__ == "Qwen2VLForConditionalGeneration"
+    cfg = Config()
+    rollout = cfg.actor_rollout_ref.rollout
+    rollout.dtype, rollout.enforce_eager, rollout.load_format = "float32", True, "auto"
+    engine = VllmEngine.start(cfg, model_path=str(folder), max_model_len=256,
+                              eos_token_ids=[tokenizer.eos_token_id],
+                              pad_token_id=tokenizer.pad_token_id, seed=3, device_kind="cpu",
+                              vision_model=model)
+    try:
+        encoder = ImageEncoder.from_model(str(folder), tokenizer)
+        _assert_greedy_equal(engine, model, tokenizer, _batch(tokenizer, encoder))
+    finally:
+        engine.close()
