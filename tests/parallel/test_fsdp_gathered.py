@@ -11,11 +11,10 @@ forward waited forever in an all-gather rank 1 never joined.
 
 from __future__ import annotations
 
-import time
 
 import pytest
 import torch
-import torch.multiprocessing as mp
+from gloo_ranks import run_two_ranks
 
 DEADLINE_S = 120
 # torch >= 2.8: FSDP2's public reshard switch (thinkrl.parallel.fsdp, MIN_TORCH)
@@ -66,24 +65,8 @@ def _rank(rank: int, store: str, results) -> None:
 
 @pytest.mark.slow
 def test_forwards_inside_gathered_run_no_collective(tmp_path):
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    store = f"file://{tmp_path / 'store'}"
-    procs = [ctx.Process(target=_rank, args=(r, store, results)) for r in range(2)]
-    for p in procs:
-        p.start()
-    deadline = time.monotonic() + DEADLINE_S
-    try:
-        for p in procs:
-            p.join(max(1.0, deadline - time.monotonic()))
-        hung = [r for r, p in enumerate(procs) if p.is_alive()]
-        assert not hung, f"ranks {hung} still running after {DEADLINE_S} s: a collective in decode"
-        assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-    got = sorted(results.get(timeout=5) for _ in procs)
+    got = run_two_ranks(_rank, folder=tmp_path, deadline_s=DEADLINE_S,
+                        hang="a collective in decode")
     for rank, on_entry, inside, after, gap in got:
         # one all-gather per sharded module: 2 layers + the root (torch 2.6/2.7 keep the
         # root gathered after its first forward, so it needs none there)

@@ -19,11 +19,10 @@ rows (1e-5 relative to each gradient's norm).
 
 from __future__ import annotations
 
-import time
 
 import pytest
 import torch
-import torch.multiprocessing as mp
+from gloo_ranks import run_two_ranks
 
 DEADLINE_S = 180
 G, P, R, V = 4, 5, 7, 48
@@ -109,25 +108,9 @@ def _rank(rank: int, store: str, checkpointing: bool, results) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "checkpointed"])
 def test_shared_prompt_pass_on_two_shards_equals_the_padded_forward(tmp_path, checkpointing):
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    store = f"file://{tmp_path / 'store'}"
-    procs = [ctx.Process(target=_rank, args=(r, store, checkpointing, results)) for r in range(2)]
-    for p in procs:
-        p.start()
-    deadline = time.monotonic() + DEADLINE_S
-    try:
-        for p in procs:
-            p.join(max(1.0, deadline - time.monotonic()))
-        hung = [r for r, p in enumerate(procs) if p.is_alive()]
-        assert not hung, f"ranks {hung} still running after {DEADLINE_S} s: mismatched collectives"
-        assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-    for rank, lp_gap, cut_zero, padded_gap, shared_gap in sorted(
-            results.get(timeout=5) for _ in procs):
+    got = run_two_ranks(_rank, checkpointing, folder=tmp_path, deadline_s=DEADLINE_S,
+                        hang="mismatched collectives")
+    for rank, lp_gap, cut_zero, padded_gap, shared_gap in got:
         assert lp_gap <= 1e-5, (rank, lp_gap)
         assert cut_zero, rank
         assert padded_gap <= 1e-5, (rank, padded_gap)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import socket
-import struct
 import shutil
 import subprocess
 import sys
