@@ -106,37 +106,45 @@ def _saved_model_keys(folder: Path, files: RoleFiles = ACTOR_FILES) -> set[str]:
             if name.startswith("model.")}
 
 
-def _dcp_load(state: dict, folder: Path, files: RoleFiles = ACTOR_FILES) -> None:
-    """Fill `state` in place from folder/actor_dcp (`files.dcp_dir`; only the keys it has)."""
+def _dcp_load(state: dict, folder: Path, files: RoleFiles = ACTOR_FILES, *,
+              partial: bool = False) -> None:
+    """Fill `state` in place from folder/actor_dcp (`files.dcp_dir`); with
+    `partial`, keys the checkpoint lacks keep their values (the caller has
+    checked which)."""
     import warnings
 
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import DefaultLoadPlanner
     with warnings.catch_warnings():  # one process reading a sharded checkpoint is intended
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp.load(state, checkpoint_id=str(folder / files.dcp_dir))
+        dcp.load(state, checkpoint_id=str(folder / files.dcp_dir),
+                 planner=DefaultLoadPlanner(allow_partial_load=partial))
 
 
 def _load_dcp(model, optimizer, folder: Path, files: RoleFiles) -> None:
-    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state_dict,
-                                                         set_model_state_dict,
-                                                         set_optimizer_state_dict)
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     # The current state as the template DCP fills in (shaped like this run's shards).
     model_state, optim_state = get_state_dict(model, optimizer)
-    # AdamW keeps no state for a parameter that never had a gradient (a VL
-    # model's vision tower on text-only prompts), so the checkpoint has none;
-    # the template (which DCP fills) gets every trainable parameter's. Such a
-    # parameter resumes without state, as it was saved: AdamW's lazy start.
     saved = _saved_keys(folder, files)
-    optim_state["state"] = {
-        fqn: values for fqn, values in optim_state["state"].items()
-        if all(f"optim.state.{fqn}.{key}" in saved for key in values)}
+    missing = sorted(name for name in model_state if f"model.{name}" not in saved)
+    if missing:
+        raise ValueError(f"{folder / files.dcp_dir} lacks {len(missing)} weight(s) of the model "
+                         f"(first: {missing[0]}); the checkpoint is of another model or incomplete")
+    # AdamW keeps no state for a parameter that never had a gradient (a VL
+    # model's vision tower on text-only prompts), so the checkpoint has none,
+    # while the template has every trainable parameter's. Those entries load
+    # nothing and are dropped after: the parameter resumes stateless, as saved.
+    stateless = {fqn for fqn, values in optim_state["state"].items()
+                 if not all(f"optim.state.{fqn}.{key}" in saved for key in values)}
     state = {"model": model_state, "optim": optim_state}
-    _dcp_load(state, folder, files)
-    set_model_state_dict(model, state["model"])  # strict: every weight comes from the checkpoint
-    # not strict: the parameters left out above have no state to load
-    set_optimizer_state_dict(model, optimizer, state["optim"],
-                             options=StateDictOptions(strict=False))
+    _dcp_load(state, folder, files, partial=bool(stateless))
+    set_state_dict(model, optimizer, model_state_dict=state["model"],
+                   optim_state_dict=state["optim"])
+    if stateless:
+        for name, param in model.named_parameters():
+            if name in stateless:
+                optimizer.state.pop(param, None)
 
 
 def _load_whole(model, optimizer, folder: Path, files: RoleFiles) -> None:
