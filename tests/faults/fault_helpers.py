@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -66,5 +67,9 @@ def spawn(argv: list[str], *, output: Path | None = None) -> subprocess.Popen:
         out = err = subprocess.PIPE
     else:
         out, err = open(f"{output}.out", "w"), open(f"{output}.err", "w")
+    # SIGINT at its default, as a terminal starts a program: a test run launched in
+    # the background (`cmd &` in a script, nohup) ignores it, and so would this child,
+    # whose Python then never raises KeyboardInterrupt.
     return subprocess.Popen([sys.executable, "-m", "thinkrl", *argv], env=env, text=True,
-                            stdout=out, stderr=err, cwd=REPO)
+                            stdout=out, stderr=err, cwd=REPO,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
