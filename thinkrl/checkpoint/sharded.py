@@ -82,11 +82,7 @@ def write_whole_weights(folder: Path, out: Path) -> None:
     model.to_empty(device="cpu")
     model.tie_weights()  # to_empty unties them: the head would be saved twice
     state = {"model": model.state_dict()}
-    missing = sorted(set(state["model"]) - _saved_model_keys(folder))
-    if missing:  # they would be exported as uninitialised memory
-        raise ValueError(f"{folder / DCP_DIR} lacks {len(missing)} weight(s) of the model in "
-                         f"{folder / ACTOR_DIR}/config.json (first: {missing[0]}); the checkpoint "
-                         "is of another model or incomplete")
+    _check_saved_weights(state["model"], _saved_keys(folder), folder)  # else uninitialised memory
     _dcp_load(state, folder)
     model.load_state_dict(state["model"])
     model.save_pretrained(out)
@@ -100,10 +96,13 @@ def _saved_keys(folder: Path, files: RoleFiles = ACTOR_FILES) -> set[str]:
     return set(FileSystemReader(str(folder / files.dcp_dir)).read_metadata().state_dict_metadata)
 
 
-def _saved_model_keys(folder: Path, files: RoleFiles = ACTOR_FILES) -> set[str]:
-    """The model's tensor names a sharded checkpoint holds."""
-    return {name.removeprefix("model.") for name in _saved_keys(folder, files)
-            if name.startswith("model.")}
+def _check_saved_weights(model_state: dict, saved: set[str], folder: Path,
+                         files: RoleFiles = ACTOR_FILES) -> None:
+    """ValueError unless the checkpoint holds every weight of `model_state`."""
+    missing = sorted(name for name in model_state if f"model.{name}" not in saved)
+    if missing:
+        raise ValueError(f"{folder / files.dcp_dir} lacks {len(missing)} weight(s) of the model "
+                         f"(first: {missing[0]}); the checkpoint is of another model or incomplete")
 
 
 def _dcp_load(state: dict, folder: Path, files: RoleFiles = ACTOR_FILES, *,
@@ -127,10 +126,7 @@ def _load_dcp(model, optimizer, folder: Path, files: RoleFiles) -> None:
     # The current state as the template DCP fills in (shaped like this run's shards).
     model_state, optim_state = get_state_dict(model, optimizer)
     saved = _saved_keys(folder, files)
-    missing = sorted(name for name in model_state if f"model.{name}" not in saved)
-    if missing:
-        raise ValueError(f"{folder / files.dcp_dir} lacks {len(missing)} weight(s) of the model "
-                         f"(first: {missing[0]}); the checkpoint is of another model or incomplete")
+    _check_saved_weights(model_state, saved, folder, files)
     # AdamW keeps no state for a parameter that never had a gradient (a VL
     # model's vision tower on text-only prompts), so the checkpoint has none,
     # while the template has every trainable parameter's. Those entries load

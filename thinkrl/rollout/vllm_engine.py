@@ -108,11 +108,13 @@ def engine_model_problem(rollout, config) -> tuple[str, str] | None:
     kv_heads = getattr(text, "num_key_value_heads", None) or heads
     if heads is None or tp == 1:
         return None
-    split = heads % tp == 0 and (kv_heads % tp == 0 if kv_heads >= tp else tp % kv_heads == 0)
-    if split:
+
+    def splits(n: int) -> bool:
+        return heads % n == 0 and (kv_heads % n == 0 if kv_heads >= n else n % kv_heads == 0)
+
+    if splits(tp):
         return None
-    fits = [n for n in range(1, heads + 1) if heads % n == 0
-            and (kv_heads % n == 0 if kv_heads >= n else n % kv_heads == 0)]
+    fits = [n for n in range(1, heads + 1) if splits(n)]
     return (f"{_ARR}.tensor_model_parallel_size={tp} does not split the model's {heads} attention "
             f"heads ({kv_heads} key/value heads) evenly over {tp} devices, as vLLM must",
             f"choose tensor_model_parallel_size among {', '.join(map(str, fits))}")
