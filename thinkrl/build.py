@@ -161,7 +161,9 @@ def _start(run: Run, resume_from: Path | None, *, log) -> None:
     """Load the checkpoint resumed from, open metrics.jsonl, start the scorers."""
     if resume_from is not None:  # the reference keeps the initial weights
         run.state.progress = load_checkpoint(run, resume_from, log=log)
-        run.roles.engine.sync_weights()  # an engine with its own copy of the weights
+    # An engine with its own copy of the weights gets the actor's (resumed
+    # ones) and proves it serves them before the first sample is drawn.
+    run.roles.engine.sync_weights(version=run.state.progress.step)
     # Only now, with the checkpoint loaded, may metrics.jsonl change; it is
     # continued only when the checkpoint belongs to this run directory.
     own = resume_from is not None and resume_from.parent == run.spec.run_dir

@@ -135,7 +135,7 @@ def train_step(run: Run, step: int) -> dict[str, float]:
                             kl_loss=settings.kl_loss)
         critic_metrics = update_critic(roles.critic, batch, returns=estimated.returns,
                                        values=values, timer=timer)
-        actor_metrics = update_actor(roles.actor, roles.engine, batch, timer=timer, updates=actor_updates(
+        actor_metrics = update_actor(roles.actor, roles.engine, batch, step=step, timer=timer, updates=actor_updates(
             step, with_critic=roles.critic is not None, critic_warmup=settings.critic_warmup))
     return {**actor_metrics, **critic_metrics, **kl_metrics, **drift_metrics, **timer.metrics(),
             **rollout_metrics(rollouts, scores=scored.scores, rewards=rewards, advantages=advantages),

@@ -302,3 +302,48 @@ def test_eval_with_vllm_answers_as_the_native_engine(asset_cache, tiny_vllm_mode
     assert len(vllm_answers) == 200
     same = sum(a["response"] == b["response"] for a, b in zip(native_answers, vllm_answers))
     assert same >= 0.95 * len(native_answers)  # float32 both; a near-tie may flip a token
+
+
+def test_attestation_names_a_tensor_the_engine_serves_otherwise(engine, hf_model):
+    """After a sync the engine's served digests (read through vLLM's CPU
+    kernels) equal what was sent; one matrix reloaded with a changed value
+    is then named."""
+    from thinkrl.rollout.attest import WeightSyncMismatch, check_served, served_by_engine
+
+    sent = engine.update_weights(full_state_tensors(hf_model))
+    check_served(sent, served_by_engine(engine.served(), sent), engine="engine 0", version=1)
+    down = hf_model.state_dict()["model.layers.1.mlp.down_proj.weight"].clone()
+    down[3, 5] += 1e-3
+    engine.load_weights(engine.llm, [("model.layers.1.mlp.down_proj.weight", down)])
+    with pytest.raises(WeightSyncMismatch, match=r"version 1: engine 0 .*'layers\.1\.mlp\.down_proj"
+                                                 r"\.weight' it holds 8192 nonzero values"):
+        check_served(sent, served_by_engine(engine.served(), sent), engine="engine 0", version=1)
+
+
+def test_a_sync_that_misses_tensors_stops_the_run_naming_them(asset_cache, tiny_vllm_model, tmp_path,
+                                                            monkeypatch):
+    from thinkrl.build import build_run
+    from thinkrl.config import load_config
+    from thinkrl.rollout import vllm_engine
+    from thinkrl.rollout.attest import WeightSyncMismatch
+    from thinkrl.trainer import train_run
+
+    skipping = []
+    real = vllm_engine.weight_loader
+
+    def loader_that_skips(version):
+        load = real(version)
+        # Layer 1's tensors never reach the engine once `skipping` is set.
+        return lambda llm, bucket: load(llm, [(n, t) for n, t in bucket
+                                              if not (skipping and ".layers.1." in n)])
+    monkeypatch.setattr(vllm_engine, "weight_loader", loader_that_skips)
+    overrides = grpo_overrides(tiny_vllm_model, tmp_path / "run")
+    run = build_run(load_config("tiny", overrides), log=lambda *_: None)  # version 0 attested
+    try:
+        skipping.append(True)
+        with pytest.raises(WeightSyncMismatch, match=r"policy version 1: the vLLM engine of rank 0 "
+                                                     r"does not serve .* 'layers\.1\."):
+            train_run(run, log=lambda *_: None)
+    finally:
+        run.close()
+    assert not (tmp_path / "run" / "global_step_1").exists()  # nothing of that policy saved

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 from typing import Callable, Iterable
@@ -34,8 +35,10 @@ from torch import Tensor
 from thinkrl.errors import SetupError
 from thinkrl.parallel.device import compute_dtype, empty_cache
 from thinkrl.records import FINISH_LENGTH, FINISH_STOP, PromptBatch, Rollouts
+from thinkrl.rollout.attest import Ledger, recording
 from thinkrl.rollout.base import SamplingParams
 from thinkrl.rollout.native import empty_rollouts
+from thinkrl.rollout.vllm_attest import packed_modules, served_ledger
 from thinkrl.rollout.vllm_versions import (reload_with_tensors, translate_arguments,
                                            version_problem, weight_loader)
 from thinkrl.rollout.vllm_vision import VisionInputs, is_synced, vision_engine_arguments
@@ -296,19 +299,38 @@ class VllmEngine:
             stop_token_ids=[] if params.ignore_eos else list(self.eos_token_ids),
             logprobs=0, detokenize=False, seed=seed)
 
-    def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]]) -> None:
+    def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]]) -> Ledger:
         """Load the actor's tensors into the engine in place (as this vLLM
         release does it: `vllm_versions`), one bucket (whole decoder layers)
-        per call; then forget cached prompt KV, which
-        the old weights computed."""
+        per call; then forget cached prompt KV, which the old weights computed.
+        Returns the digests of what was sent, taken as the tensors enter (before
+        any bucketing or loading), for `served` to be checked against."""
         self._wake("weights")
         if self.vision is not None:  # the engine is given image features, not pixels
             named_tensors = ((name, t) for name, t in named_tensors if is_synced(name))
+        sent = Ledger()
+        named_tensors = recording(named_tensors, sent, dtype=self.dtype, packed=self.packed)
         for bucket in buckets(named_tensors, megabytes=self.bucket_megabytes):
             self.load_weights(self.llm, bucket)
         if not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM kept its prefix cache after a weight sync (requests still "
                                "running?): the next rollout would reuse KV of the old weights")
+        return sent
+
+    def served(self) -> list[Ledger]:
+        """Digests of the weights each of this process's workers serves (`vllm_attest`)."""
+        self._wake("weights")
+        return self.llm.apply_model(served_ledger)
+
+    @functools.cached_property
+    def dtype(self) -> torch.dtype:
+        """The dtype the engine holds its weights in (the sent tensors are cast to it)."""
+        return self.llm.llm_engine.model_config.dtype
+
+    @functools.cached_property
+    def packed(self) -> dict[str, list[str]]:
+        """The engine model's fused tensors (q|k|v, gate|up), as vLLM declares them."""
+        return self.llm.apply_model(packed_modules)[0]
 
     def generator_state(self) -> Tensor:
         return self.generator.get_state()

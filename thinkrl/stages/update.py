@@ -29,13 +29,14 @@ def train_batch(rollouts: Rollouts, sequences: Sequences, *, advantages: Tensor,
 
 
 def update_actor(actor: PolicyRole, engine: RolloutRole, batch: TrainBatch, *, updates: bool,
-                 timer: StageTimer) -> dict[str, float]:
-    """The policy update, then the weight sync to the engine; neither when the
-    actor does not update this step (`updates` False: the critic's warmup)."""
+                 step: int, timer: StageTimer) -> dict[str, float]:
+    """The policy update, then the weight sync to the engine (the weights of
+    policy version `step`, attested); neither when the actor does not update
+    this step (`updates` False: the critic's warmup)."""
     if not updates:
         return {}
     with timer("update_actor"):
         metrics = actor.update_policy(batch)
     with timer("update_weights"):
-        engine.sync_weights()
-    return metrics
+        sync_metrics = engine.sync_weights(version=step)
+    return {**metrics, **sync_metrics}

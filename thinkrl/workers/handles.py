@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from thinkrl.records import CriticBatch, PromptBatch, Rollouts, TrainBatch
+from thinkrl.rollout.attest import check_served, served_by_engine
 from thinkrl.rollout.base import SamplingParams
 from thinkrl.workers.learner import UpdateSpec, actor_update_spec, critic_update_spec
 from thinkrl.workers.mini_batches import balanced_shares, contiguous_shares, split_mini_batch
@@ -157,6 +158,8 @@ class EngineHandle:
 
     def __init__(self, group: Group, *, own_weights: bool) -> None:
         self.group, self.own_weights = group, own_weights
+        self.version = 0
+        """The policy version the engines serve: the step whose update made it."""
         rollout = group.spec.cfg.actor_rollout_ref.rollout
         self.ranks_per_engine = rollout.tensor_model_parallel_size if own_weights else 1
 
@@ -172,11 +175,27 @@ class EngineHandle:
                                    f"tokens than rank {r - r % tp}: its workers are out of step")
         return Rollouts.concat(parts[::tp], pad_token_id=self.group.spec.pad_token_id)
 
-    def sync_weights(self) -> None:
-        """The actor's current weights into engines that hold their own copy
-        (gathered whole from the shards: a collective on every rank)."""
-        if self.own_weights:
-            self.group.call_all("update_weights", "sync_engine")
+    def sync_weights(self, version: int) -> dict[str, float]:
+        """The actor's current weights, those of policy `version` (the step
+        whose update made them), into engines that hold their own copy
+        (gathered whole from the shards: a collective on every rank), then
+        attested: each engine must serve exactly what was sent, or the run
+        stops naming the engine's ranks, the version and the tensor
+        (`thinkrl.rollout.attest`). Returns the time the digests took."""
+        self.version = version
+        if not self.own_weights:
+            return {}
+        results = self.group.call_all("update_weights", "sync_engine")
+        tp = self.ranks_per_engine
+        seconds = 0.0
+        for first in range(0, len(results), tp):
+            sent = results[first][0]  # every rank sent the same whole tensors
+            ranks = [ledger for _, served in results[first:first + tp] for ledger in served]
+            seconds = max(seconds, sent.seconds + max(r.seconds for r in ranks))
+            engine = f"the vLLM engine of rank{'s' if tp > 1 else ''} " + (
+                f"{first}-{first + tp - 1}" if tp > 1 else f"{first}")
+            check_served(sent, served_by_engine(ranks, sent), engine=engine, version=version)
+        return {"timing_s/weight_attest": seconds}
 
     def generator_state(self) -> list[torch.Tensor]:
         return self.group.call_all("save_checkpoint", "generator_state")

@@ -35,6 +35,7 @@ from thinkrl.parallel.device import (autocast, bind_rank_device, compute_dtype, 
                                      frozen_weights_dtype, resolve_device)
 from thinkrl.parallel.distributed import init_process_group
 from thinkrl.records import PromptBatch, Rollouts
+from thinkrl.rollout.attest import Ledger
 from thinkrl.rollout.base import SamplingParams
 from thinkrl.rollout.native import NativeEngine
 from thinkrl.workers.actor import ActorWorker
@@ -159,12 +160,16 @@ class PolicyRank:
             return 0
         return self.spec.rank % self.spec.cfg.trainer.n_gpus_per_node
 
-    def sync_engine(self) -> None:
+    def sync_engine(self) -> tuple[Ledger, list[Ledger]] | None:
         """The actor's current weights into an engine that holds its own copy
-        (a collective when sharded: every rank calls it); the native engine
-        samples from the actor's module and needs nothing."""
-        if not isinstance(self.engine, NativeEngine):
-            self.engine.update_weights(self.actor.weights())
+        (a collective when sharded: every rank calls it), and the attestation:
+        digests of what was sent and of what this rank's engine workers serve
+        after the load (`thinkrl.rollout.attest`, checked by the driver). The
+        native engine samples from the actor's module: nothing to sync (None)."""
+        if isinstance(self.engine, NativeEngine):
+            return None
+        sent = self.engine.update_weights(self.actor.weights())
+        return sent, self.engine.served()
 
     def _offload(self, fsdp_config) -> bool:
         """verl's three offload switches map onto FSDP2's CPUOffloadPolicy,

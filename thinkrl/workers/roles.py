@@ -63,9 +63,13 @@ class ValueRole(TrainedRole, Protocol):
 class RolloutRole(Protocol):
     def generate(self, prompts: PromptBatch, params: SamplingParams) -> Rollouts: ...
 
-    def sync_weights(self) -> None:
-        """The policy's current weights into the engines (a no-op where the
-        engine samples from the policy's own module)."""
+    version: int
+    """The policy version the engines serve (the step whose update made it)."""
+
+    def sync_weights(self, version: int) -> dict[str, float]:
+        """The policy's current weights, of policy `version`, into the engines
+        (a no-op where the engine samples from the policy's own module), attested;
+        timing metrics."""
 
     def generator_state(self) -> list[Tensor]: ...
     def set_generator_state(self, state: list[Tensor] | Tensor) -> None: ...
