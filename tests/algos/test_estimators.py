@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from thinkrl.algos.advantages import (build_advantage_estimator, gpg_outcome_advantage,
+from thinkrl.algos.advantages import (build_advantage_estimator, discounted_returns, gpg_outcome_advantage,
                                       grpo_outcome_advantage, grpo_passk_outcome_advantage, masked_whiten,
                                       opo_outcome_advantage, reinforce_plus_plus_advantage,
                                       reinforce_plus_plus_baseline_advantage, remax_outcome_advantage,
@@ -105,6 +105,20 @@ def test_reinforce_plus_plus_return_does_not_leak_across_padding():
     adv = reinforce_plus_plus_advantage(rewards, mask, torch.tensor([0, 1]), gamma=1.0)
     clean = reinforce_plus_plus_advantage(rewards * mask, mask, torch.tensor([0, 1]), gamma=1.0)
     torch.testing.assert_close(adv, clean)
+
+
+def test_the_return_carries_across_a_gap_inside_the_response():
+    # gamma 0.5, mask [1, 1, gap, 1, pad]; the gap's reward 5 and the padding's 2 are not counted.
+    # t=3: 4; the gap carries 4 on undiscounted; t=1: 0 + 0.5 * 4 = 2; t=0: 1 + 0.5 * 2 = 2.
+    # (Resetting at every masked position, as verl did before #7278, gives [1, 0, -, 4, -].)
+    rewards = torch.tensor([[1.0, 0.0, 5.0, 4.0, 2.0]])
+    mask = torch.tensor([[1, 1, 0, 1, 0]])
+    returns = discounted_returns(rewards, mask, gamma=0.5)
+    assert returns.tolist() == [[2.0, 2.0, 0.0, 4.0, 0.0]]
+    # An outcome reward reaches the first turn whole with gamma 1 (verl's #7278 case).
+    outcome = discounted_returns(torch.tensor([[0.0, 0, 0, 0, 0, 1]]),
+                                 torch.tensor([[1, 1, 0, 0, 1, 1]]), gamma=1.0)
+    assert outcome.tolist() == [[1.0, 1.0, 0.0, 0.0, 1.0, 1.0]]
 
 
 def test_remax_subtracts_the_greedy_baseline_from_the_return_to_go():

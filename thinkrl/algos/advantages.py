@@ -158,20 +158,36 @@ def reinforce_plus_plus_advantage(token_level_rewards: Tensor, response_mask: Te
                                   *, gamma: float) -> Tensor:
     """REINFORCE++: discounted return-to-go, whitened over every token of the batch.
 
-        G_{i,t} = r_{i,t} + gamma * G_{i,t+1}   (the sum restarts after the last response token)
+        G = discounted_returns(r, mask, gamma)
         A = masked_whiten(G, mask) * mask
 
     No per-prompt baseline: ``group_ids`` is unused. Hu et al. 2025, "REINFORCE++"
     (arXiv:2501.03262). Shapes: rewards, mask [N, T]; returns [N, T].
     """
+    mask = response_mask.float()
+    return masked_whiten(discounted_returns(token_level_rewards, mask, gamma=gamma), mask) * mask
+
+
+def discounted_returns(token_level_rewards: Tensor, response_mask: Tensor, *, gamma: float) -> Tensor:
+    """Return-to-go over the policy's own tokens (mask 1). [N, T], [N, T] -> [N, T].
+
+        G_t = r_t + gamma * G_{t'}   at a token (t' its next token with mask 1; G = 0 past the last)
+        G_t = 0                      at a masked position
+
+    A masked position is not a step: its reward is not counted and it is not
+    discounted over, so the return carries across a gap inside the response
+    (a tool's output between two assistant turns) to the tokens before it.
+    Padding after the last token is a gap with nothing after it, so it
+    carries nothing back. (verl reset the return at every masked position
+    before its fix of issue #7278; with no gaps both agree.)
+    """
     rewards, mask = token_level_rewards.float(), response_mask.float()
     returns = torch.zeros_like(rewards)
     running = torch.zeros(rewards.shape[0], device=rewards.device)
     for t in reversed(range(rewards.shape[1])):
-        running = rewards[:, t] + gamma * running
-        returns[:, t] = running
-        running = running * mask[:, t]  # padding after EOS carries nothing back
-    return masked_whiten(returns, mask) * mask
+        running = torch.where(mask[:, t] > 0, rewards[:, t] + gamma * running, running)
+        returns[:, t] = running * mask[:, t]
+    return returns
 
 
 @torch.no_grad()
