@@ -77,6 +77,11 @@ class FakeLLM:
         self.received: dict[str, torch.Tensor] = {}
         self.prefix_cache_resets = 0
         self.calls: list[str] = []
+        # What the engine's attestation reads: the dtype it holds weights in, its fused tensors.
+        self.llm_engine = types.SimpleNamespace(model_config=types.SimpleNamespace(dtype=torch.float32))
+
+    def apply_model(self, func):
+        return [func(torch.nn.Module())]  # a model without fused tensors
 
     def collective_rpc(self, method, kwargs):
         assert method == "reload_weights"

@@ -38,6 +38,8 @@ from typing import Iterable, Iterator
 import torch
 from torch import Tensor
 
+from thinkrl.errors import RunStopped
+
 # Elements hashed per pass: bounds the int64 temporaries to 128 MiB each.
 _CHUNK = 1 << 24
 _MASK32 = (1 << 32) - 1
@@ -130,8 +132,9 @@ def recording(named_tensors: Iterable[tuple[str, Tensor]], ledger: Ledger, *,
         yield name, tensor
 
 
-class WeightSyncMismatch(RuntimeError):
-    """The engine does not serve the weights the trainer sent."""
+class WeightSyncMismatch(RunStopped):
+    """The engine does not serve the weights the trainer sent (a stop: the
+    command line prints it with what is kept and the resume line, exit 1)."""
 
 
 def served_by_engine(ranks: list[Ledger], expected: Ledger) -> dict[str, Digest]:
