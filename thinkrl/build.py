@@ -16,6 +16,7 @@ from thinkrl import builtin
 from thinkrl.algos.advantages import build_advantage_estimator
 from thinkrl.algos.kl_control import KLController
 from thinkrl.algos.rollout_correction import RolloutCorrection
+from thinkrl.async_rollout.launch import start_async_rollout
 from thinkrl.assets import (generation_batch_size, prompt_set, run_tokenizer,
                             total_training_steps, training_sampling, val_batch_size,
                             validation_sampling)
@@ -80,8 +81,9 @@ def _assemble(cfg: Config, sizes: DerivedSizes, *, log=print) -> Run:
                                 pad_token_id=tokenizer.pad_token_id)
     total_steps = total_training_steps(cfg, batches_per_epoch=train_loader.batches_per_epoch)
     with_reference = cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
-    roles = build_roles(RankSpec.of_model(cfg, sizes, model_path, tokenizer, total_steps=total_steps,
-                                          with_reference=with_reference), log=log)
+    rank_spec = RankSpec.of_model(cfg, sizes, model_path, tokenizer, total_steps=total_steps,
+                                  with_reference=with_reference)
+    roles = build_roles(rank_spec, log=log)
     try:  # the workers hold processes (and devices) until closed
         run_dir = _run_dir(cfg)
         resume_from = checkpoint_to_resume(cfg.trainer, run_dir, log=log)
@@ -100,7 +102,10 @@ def _assemble(cfg: Config, sizes: DerivedSizes, *, log=print) -> Run:
                          reward_breaker=FailureBreaker.from_config(cfg.reward))
         draw = Draw(roles.engine, train_loader, reward, tokenizer, sampling,
                     overlong=_overlong_penalty(cfg, sizes), breaker=state.reward_breaker)
-        run = Run(spec, roles, state, reward=reward, sample=build_sampler(cfg, draw))
+        sample = build_sampler(cfg, draw)
+        if cfg.async_training.mode != "off":  # the rollout on a process of its own
+            roles, sample = start_async_rollout(cfg, rank_spec, roles, draw, log=log)
+        run = Run(spec, roles, state, reward=reward, sample=sample)
     except BaseException:
         roles.close()
         raise
@@ -115,15 +120,22 @@ def _assemble(cfg: Config, sizes: DerivedSizes, *, log=print) -> Run:
 def step_settings(cfg: Config, sizes: DerivedSizes) -> StepSettings:
     """What the step's stages read, from the config once."""
     algo, arr = cfg.algorithm, cfg.actor_rollout_ref
-    off_policy = sizes.optimizer_steps_per_step > 1
-    # An engine with its own weights (vllm), or rollout_is's correction: the
-    # trainer's log-probs of the sampled tokens are compared with the engine's.
-    checks_engine = arr.rollout.name != "native" or algo.rollout_is
+    asynchronous = cfg.async_training.mode != "off"
+    from_rollout = arr.actor.use_rollout_log_probs
+    # Async samples come from older weights: pi_old is then not the update's
+    # own first forward, and (unless pi_old is the behaviour policy itself,
+    # use_rollout_log_probs) rollout_is corrects for the behaviour policy.
+    off_policy = sizes.optimizer_steps_per_step > 1 or asynchronous or from_rollout
+    rollout_is = algo.rollout_is or (asynchronous and not from_rollout)
+    # An engine with its own weights (vllm, the rollout process), or rollout_is's
+    # correction: the trainer's log-probs of the sampled tokens are compared with the engine's.
+    checks_engine = arr.rollout.name != "native" or rollout_is or asynchronous
     return StepSettings(
-        recompute_old_logprobs=off_policy or algo.use_kl_in_reward or checks_engine,
+        recompute_old_logprobs=(off_policy or algo.use_kl_in_reward or checks_engine) and not from_rollout,
+        old_from_rollout=from_rollout,
         off_policy=off_policy, kl_loss=arr.actor.use_kl_loss, kl_penalty=algo.kl_penalty,
         rollout_correction=(RolloutCorrection(algo.rollout_is_threshold, algo.rollout_is_level,
-                                              algo.rollout_is_mode) if algo.rollout_is else None),
+                                              algo.rollout_is_mode) if rollout_is else None),
         critic_warmup=cfg.trainer.critic_warmup,
         train_generations=cfg.trainer.log_train_generations,
         generations_every=cfg.trainer.generations_log_freq)

@@ -42,9 +42,13 @@ class StepSettings:
     it, or the engine samples from its own weights (vllm) or rollout_is
     corrects the drift, so the trainer's log-probs are compared with the
     engine's."""
+    old_from_rollout: bool
+    """actor.use_rollout_log_probs: pi_old is the engine's log-probs of the
+    sampled tokens (the behaviour policy), not a trainer forward."""
     off_policy: bool
-    """More than one optimizer step per training step: pi_old is not the
-    current policy, so the update needs the old log-probs."""
+    """More than one optimizer step per training step, or samples of older
+    weights (async training): pi_old is not the current policy, so the
+    update needs the old log-probs."""
     kl_loss: bool
     """actor.use_kl_loss: the reference log-probs go into the update."""
     kl_penalty: str

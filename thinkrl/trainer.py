@@ -118,7 +118,8 @@ def train_step(run: Run, step: int) -> dict[str, float]:
         sequences = rollouts.sequences()  # prompt + response, built once per step
         with timer("old_log_prob"):
             old_logprobs = old_policy_logprobs(roles.actor, rollouts, sequences,
-                                               recompute=settings.recompute_old_logprobs)
+                                               recompute=settings.recompute_old_logprobs,
+                                               from_rollout=settings.old_from_rollout)
         with timer("ref"):
             ref_logprobs = reference_logprobs(roles.reference, rollouts, sequences)
         values = critic_values(roles.critic, rollouts, sequences, timer)  # gae only

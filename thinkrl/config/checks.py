@@ -17,6 +17,7 @@ from typing import Any
 from thinkrl.config.choices import (ADV_ESTIMATORS, KL_ESTIMATORS, LOSS_AGG_MODES,
                                     POLICY_LOSS_MODES, REWARD_SCORERS, TEMPLATES, divisors,
                                     near_divisors)
+from thinkrl.config.async_checks import async_problems
 from thinkrl.config.critic_checks import critic_problems
 from thinkrl.config.keys import ARR, shown, value_at
 from thinkrl.config.schema import Config
@@ -177,6 +178,7 @@ def _check_combinations(cfg: Config, bad: Callable[[str, str], None], problems: 
                     reward_verifier_problems(cfg.reward, cfg.custom_reward_function.path))
     _check_algorithm(cfg, bad)
     problems.extend(critic_problems(cfg))
+    problems.extend(async_problems(cfg, execution_backend(cfg)))
     pixels = (cfg.data.min_pixels, cfg.data.max_pixels)
     if any(p is not None and p < 28 * 28 for p in pixels):  # one merged patch of 28 x 28
         bad("data.min_pixels" if pixels[0] is not None and pixels[0] < 784 else "data.max_pixels",

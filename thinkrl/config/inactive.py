@@ -35,7 +35,7 @@ def inactive_settings(cfg: Config) -> list[str]:
     """
     default = Config()
     notes: list[str] = []
-    for family in (_engine_notes, _backend_notes, _model_and_data_notes, _critic_notes,
+    for family in (_engine_notes, _async_notes, _backend_notes, _model_and_data_notes, _critic_notes,
                    _algorithm_notes, _loss_notes, _optim_notes):
         for keys, why in family(cfg):
             notes.extend(f"{key}={shown(value_at(cfg, key))} has no effect: {why}" for key in keys
@@ -51,6 +51,22 @@ def _engine_notes(cfg: Config) -> Notes:
         "engine_kwargs", "tensor_model_parallel_size", "pipeline_model_parallel_size", "max_num_batched_tokens",
         "max_model_len", "max_num_seqs", "load_format", "disable_log_stats", "dtype",
     )), "it configures vLLM/SGLang and rollout.name=native")]
+
+
+def _async_notes(cfg: Config) -> Notes:
+    a = cfg.async_training
+    if a.mode == "off":
+        return [(("async_training.staleness_threshold", "async_training.trigger_parameter_sync_step",
+                  "async_training.require_batches", "async_training.partial_rollout",
+                  "async_training.partial_chunk_tokens", "async_training.rollout_threads",
+                  f"{_ROLLOUT}.nnodes", f"{_ROLLOUT}.n_gpus_per_node"),
+                 "async_training.mode=off: generation and update take turns on the same weights")]
+    notes = [(("async_training.staleness_threshold", "async_training.trigger_parameter_sync_step"),
+              "one_step_off always syncs every step and generates one batch ahead")] \
+        if a.mode == "one_step_off" else []
+    if not a.partial_rollout:
+        notes.append((("async_training.partial_chunk_tokens",), "async_training.partial_rollout=False"))
+    return notes
 
 
 def _backend_notes(cfg: Config) -> Notes:

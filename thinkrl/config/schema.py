@@ -16,6 +16,7 @@ from typing import Any
 from thinkrl.config.schema_roles import (  # noqa: F401
     ActorConfig, ActorRolloutRefConfig, FSDPConfig, ModelConfig, OptimConfig, PolicyLossConfig,
     RefConfig, RolloutConfig, SamplingConfig)
+from thinkrl.config.schema_async import AsyncTrainingConfig  # noqa: F401
 from thinkrl.config.schema_critic import (  # noqa: F401
     CriticConfig, CriticModelConfig, CriticOptimConfig)
 
@@ -316,3 +317,5 @@ class Config:
     """thinkrl: rule-based reward settings."""
     critic: CriticConfig = field(default_factory=CriticConfig)
     """The value model of PPO with a critic (``algorithm.adv_estimator=gae``)."""
+    async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
+    """Rollout on its own process, overlapping the update (verl's async recipes)."""

@@ -180,6 +180,12 @@ class ActorConfig:
     """SAPO: temperature of the soft gate for tokens with a positive advantage."""
     tau_neg: float = 1.05
     """SAPO: temperature of the soft gate for tokens with a zero or negative advantage."""
+    use_rollout_log_probs: bool = False
+    """Take pi_old from the rollout engine's log-probs of the sampled tokens
+    (verl's bypass mode) instead of a trainer forward: the clipped ratio is then
+    taken against the behaviour policy itself, and the old-log-prob pass is skipped.
+    Off (the default in async modes too), pi_old is the trainer's policy before the
+    update and ``algorithm.rollout_is`` corrects for the behaviour policy."""
 
 
 @dataclass
@@ -285,6 +291,11 @@ class RolloutConfig:
     """Sampling for validation."""
     seed: int = 0
     """Base random seed of the sampler."""
+    nnodes: int = 1
+    """Nodes of the rollout side when it has devices of its own
+    (``async_training.mode`` other than off; verl's async recipes)."""
+    n_gpus_per_node: int = 1
+    """Devices per node of the rollout side (async modes): rollout processes."""
 
 
 @dataclass

@@ -13,10 +13,13 @@ from thinkrl.workers.roles import PolicyRole, ReferenceRole
 
 
 def old_policy_logprobs(actor: PolicyRole, rollouts: Rollouts, sequences: Sequences, *,
-                        recompute: bool) -> Tensor | None:
-    """log pi_old [N, R] by a forward pass of the actor, or None when the
-    step needs none (`StepSettings.recompute_old_logprobs`: an exactly
-    on-policy update takes pi_old from its own forward)."""
+                        recompute: bool, from_rollout: bool = False) -> Tensor | None:
+    """log pi_old [N, R] by a forward pass of the actor; the engine's log-probs
+    of the sampled tokens when `from_rollout` (actor.use_rollout_log_probs);
+    or None when the step needs none (`StepSettings.recompute_old_logprobs`:
+    an exactly on-policy update takes pi_old from its own forward)."""
+    if from_rollout:
+        return rollouts.rollout_logprobs
     if not recompute:
         return None
     return actor.compute_log_prob(*sequences, response_length=rollouts.response_ids.shape[1],

@@ -36,7 +36,7 @@ from thinkrl.rewards.scoring import decode_responses
 from thinkrl.rollout.base import SamplingParams
 from thinkrl.workers.roles import RolloutRole
 
-__all__ = ["Draw", "GroupFilter", "OverlongPenalty", "Sampler", "ScoredRollouts", "build_sampler"]
+__all__ = ["Draw", "GroupFilter", "OverlongPenalty", "Sampler", "ScoredRollouts", "build_sampler", "score"]
 
 
 @dataclass(slots=True)
@@ -47,6 +47,9 @@ class ScoredRollouts:
     raw_scores: Tensor  # [N] the reward function's scores, before the overlong penalty
     metrics: dict[str, float]  # train/num_gen_batches etc. under dynamic sampling
     reward_baselines: Tensor | None = None  # [N] ReMax: score of the prompt's greedy response
+    versions: Tensor | None = None
+    """[N, R] the policy version that sampled each token (async training; -1 past
+    a row's end); None: every token is of the policy being updated."""
 
 
 @dataclass(frozen=True)
@@ -172,6 +175,11 @@ def _draw(draw: Draw, timer: StageTimer) -> tuple[PromptBatch, ScoredRollouts]:
     prompts = draw.loader.next_batch()
     with timer("gen"):
         rollouts = draw.engine.generate(prompts, draw.sampling)
+    return prompts, score(draw, rollouts, timer)
+
+
+def score(draw: Draw, rollouts: Rollouts, timer: StageTimer) -> ScoredRollouts:
+    """`rollouts` decoded and scored (DAPO's overlong penalty added)."""
     give_up = (None if draw.breaker is None else
                functools.partial(draw.breaker.certain, responses=len(rollouts)))
     with timer("reward"):
@@ -183,7 +191,7 @@ def _draw(draw: Draw, timer: StageTimer) -> tuple[PromptBatch, ScoredRollouts]:
         # reported as reward/overlong_reward/mean and reward/overlong/mean
         for parts, p in zip(scored.parts, (scored.scores - raw_scores).tolist()):
             parts.update(overlong_reward=p, overlong=float(p < 0))
-    return prompts, ScoredRollouts(rollouts, texts, scored, raw_scores, {})
+    return ScoredRollouts(rollouts, texts, scored, raw_scores, {})
 
 
 def _penalty(overlong: OverlongPenalty | None, rollouts: Rollouts) -> Tensor:

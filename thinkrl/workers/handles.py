@@ -206,6 +206,8 @@ class EngineHandle:
         holding one state) the first engine takes the first state and the
         others keep their seeds. The ranks of one tensor-parallel engine always
         get one state (its first rank's): they must draw the same seeds."""
+        if isinstance(state, dict):  # an async run's checkpoint: its rollout's generator
+            state = state["generator"]  # (the batches it had queued are not trained on)
         states = state if isinstance(state, list) else [state]
         world, tp = self.group.world_size, self.ranks_per_engine
         if len(states) == world:

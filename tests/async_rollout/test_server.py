@@ -1,0 +1,108 @@
+"""The rollout side of async training as a plain class (no process): its
+attested weight loads, version stamps, and partial rollout's chunked decoding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from thinkrl.assets import run_tokenizer
+from thinkrl.async_rollout.server import NO_VERSION, RolloutServer
+from thinkrl.cli import recipe_path
+from thinkrl.config import load_config
+from thinkrl.config.checks import validate
+from thinkrl.data.dataset import Prompt, collate
+from thinkrl.records import Sample
+from thinkrl.rollout.attest import (Ledger, WeightSyncMismatch, check_served, recording,
+                                    served_by_engine)
+from thinkrl.rollout.base import SamplingParams
+from thinkrl.workers.policy_rank import RankSpec
+
+QUESTIONS = ["What is 12 + 7?", "Tom has 3 apples and buys 5 more. How many?", "9 * 3 = ?"]
+
+
+@pytest.fixture(scope="module")
+def spec_and_tokenizer(tiny_model_dir):
+    cfg = load_config(recipe_path("tiny"), [f"actor_rollout_ref.model.path={tiny_model_dir}"])
+    tokenizer = run_tokenizer(cfg, str(tiny_model_dir))
+    return RankSpec.of_model(cfg, validate(cfg), str(tiny_model_dir), tokenizer, total_steps=1), tokenizer
+
+
+def prompts(tokenizer):
+    rows = []
+    for i, q in enumerate(QUESTIONS):
+        ids = tokenizer(q)["input_ids"]
+        rows.append(Prompt(ids=ids, sample=Sample("thinkrl/arith", "0", q, index=i)))
+    return collate(rows, pad_token_id=tokenizer.pad_token_id)
+
+
+def trainer_weights(server: RolloutServer, scale: float = 1.0) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() * scale for k, v in server.engine.model.state_dict().items()}
+
+
+def attest(server: RolloutServer, weights: dict, version: int) -> None:
+    sent = Ledger()
+    weights = dict(recording(weights.items(), sent, dtype=torch.float32))
+    check_served(sent, served_by_engine([server.load(version, weights)], sent),
+                 engine="the rollout process", version=version)
+
+
+def test_a_load_is_attested_and_a_corrupted_copy_is_named(spec_and_tokenizer):
+    spec, _ = spec_and_tokenizer
+    server = RolloutServer(spec)
+    weights = trainer_weights(server, scale=1.01)
+    attest(server, weights, version=2)
+    assert server.version == 2
+    real_load = server.engine.update_weights
+
+    def load_then_corrupt(named):
+        real_load(named)
+        with torch.no_grad():
+            server.engine.model.model.layers[1].mlp.up_proj.weight[0, 0] += 1e-4
+    server.engine.update_weights = load_then_corrupt
+    with pytest.raises(WeightSyncMismatch, match=r"policy version 3: the rollout process .*"
+                                                 r"'layers\.1\.mlp\.up_proj\.weight'"):
+        attest(server, weights, version=3)
+
+
+def test_every_token_is_stamped_with_the_version_that_sampled_it(spec_and_tokenizer):
+    spec, tokenizer = spec_and_tokenizer
+    server = RolloutServer(spec)
+    server.version = 5
+    out = server.generate(prompts(tokenizer), SamplingParams(n=2, max_tokens=12))
+    mask = out.rollouts.response_mask.bool()
+    assert out.versions[mask].eq(5).all() and out.versions[~mask].eq(NO_VERSION).all()
+    assert out.continued == 0 and out.seconds > 0
+
+
+def test_chunked_decoding_without_a_load_gives_the_greedy_tokens_of_one_call(spec_and_tokenizer):
+    spec, tokenizer = spec_and_tokenizer
+    params = SamplingParams(n=2, max_tokens=20, do_sample=False)
+    whole = RolloutServer(spec).generate(prompts(tokenizer), params)
+    chunked = RolloutServer(spec, chunk_tokens=6).generate(prompts(tokenizer), params,
+                                                          apply_pending=lambda: None)
+    assert chunked.rollouts.response_ids.tolist() == whole.rollouts.response_ids.tolist()
+    assert chunked.rollouts.response_mask.tolist() == whole.rollouts.response_mask.tolist()
+    assert chunked.rollouts.finish_reasons == whole.rollouts.finish_reasons
+    torch.testing.assert_close(chunked.rollouts.rollout_logprobs, whole.rollouts.rollout_logprobs,
+                               atol=1e-4, rtol=0)
+
+
+def test_a_load_between_chunks_switches_the_running_rows_to_the_new_version(spec_and_tokenizer):
+    spec, tokenizer = spec_and_tokenizer
+    server = RolloutServer(spec, chunk_tokens=4)
+    server.version = 1
+    new_weights = trainer_weights(server, scale=1.001)
+    calls = []
+
+    def apply_pending():  # the second look finds version 2's weights waiting
+        calls.append(1)
+        if len(calls) == 2:
+            server.load(2, new_weights)
+    out = server.generate(prompts(tokenizer), SamplingParams(n=2, max_tokens=16, ignore_eos=True),
+                          apply_pending=apply_pending)
+    versions = out.versions
+    assert versions.shape == (6, 16)
+    assert versions[:, :8].eq(1).all() and versions[:, 8:].eq(2).all()  # chunks 1-2, then 3-4
+    assert out.continued == 6
+    assert out.rollouts.response_mask.eq(1).all() and set(out.rollouts.finish_reasons) == {"length"}

@@ -1,0 +1,254 @@
+"""The driver's side of asynchronous training: the rollout role over the
+rollout process (`AsyncRollout`), and the step's generate-and-score stage
+that takes its batches (`AsyncSampler`).
+
+Schedule. Batches of prompts are dispatched to the rollout process in the
+loader's order; the process generates them in that order with the weights it
+holds. Weights go to it every `trigger_parameter_sync_step` steps (policy
+version v = the step whose update made them), after the update, without
+waiting, and at every checkpoint and validation (so that a resumed run and a
+straight one sync at the same steps). Between two syncs at most `cap` =
+floor((1 + staleness_threshold) * trigger_parameter_sync_step) batches are
+dispatched, counting those still in flight at the sync (verl's rule, here in
+whole batches). A step takes the oldest batch, then dispatches what the
+window allows, so the next batches generate while this one trains:
+- staleness_threshold=0, trigger_parameter_sync_step=1: cap 1. Batch k+1 is
+  dispatched only after the sync of step k: the synchronous algorithm.
+- one_step_off (cap 2, sync every step): batch k+1 is generated with the
+  weights of step k-1 while step k trains, as verl's one-step-off recipe.
+
+Every load is attested: the process returns the digests of the copy it now
+holds and the driver compares them with what it sent (`thinkrl.rollout.attest`).
+
+A checkpoint keeps the batches in flight: it waits for them and saves their
+responses with the loader position they were drawn at, so a resumed run
+trains on exactly the batches the straight run would have (`queue_state`).
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+
+from thinkrl.async_rollout.process import RolloutProcess
+from thinkrl.async_rollout.server import NO_VERSION, Generated
+from thinkrl.data.dataset import PromptLoader
+from thinkrl.metrics import StageTimer
+from thinkrl.records import PromptBatch, Rollouts
+from thinkrl.rollout.attest import Ledger, check_served, recording, served_by_engine
+from thinkrl.rollout.base import SamplingParams
+from thinkrl.stages.sampling import Draw, ScoredRollouts, score
+from thinkrl.workers.roles import PolicyRole
+
+ENGINE = "the rollout process"
+
+
+@dataclass(frozen=True)
+class Window:
+    """How far generation may run ahead (see the module's docstring)."""
+
+    sync_every: int
+    """trigger_parameter_sync_step: steps between two weight syncs."""
+    cap: int
+    """Batches dispatched between two syncs, those in flight at the sync included."""
+
+    @classmethod
+    def of(cls, mode: str, *, staleness_threshold: float, sync_every: int) -> "Window":
+        if mode == "one_step_off":
+            return cls(1, 2)
+        return cls(sync_every, max(1, math.floor((1 + staleness_threshold) * sync_every + 1e-9)))
+
+
+@dataclass
+class _Batch:
+    """A dispatched batch: its request (None once answered), the loader's
+    state before it was drawn, and its responses when they have come."""
+
+    request_id: int | None
+    loader_state: dict
+    generated: Generated | None = None
+
+
+class AsyncRollout:
+    """The rollout role over the rollout process: the training stream's
+    dispatch, the weight syncs and their attestation, validation's generation,
+    and the queue a checkpoint keeps."""
+
+    def __init__(self, process: RolloutProcess, actor: PolicyRole, *, window: Window,
+                 loader: PromptLoader, sampling: SamplingParams) -> None:
+        self.process, self.actor, self.window = process, actor, window
+        self.loader, self.sampling = loader, sampling
+        self.version = 0
+        """The trainer's latest policy version (passed to sync_weights, sent or not)."""
+        self.sent_version: int | None = None
+        self.queue: collections.deque[_Batch] = collections.deque()
+        self.dispatched_since_sync = 0
+        self._unattested: dict[int, tuple[int, Ledger]] = {}
+        self.busy_seconds = 0.0
+        """The process's generation time reported so far (its busy time)."""
+
+    # -- RolloutRole -----------------------------------------------------------
+    def generate(self, prompts: PromptBatch, params: SamplingParams) -> Rollouts:
+        """Generation outside the training stream (validation): with the
+        trainer's latest weights, after everything dispatched before it."""
+        self._send_if_behind()
+        return self._wait(self.process.submit("generate", prompts, params)).rollouts
+
+    def sync_weights(self, version: int) -> dict[str, float]:
+        """Record the trainer's version; send the weights when a sync is due
+        (every `window.sync_every` steps, and always the first time)."""
+        self.version = version
+        if self.sent_version is not None and version % self.window.sync_every:
+            return {}
+        return {"timing_s/weight_attest": self._send(version)}
+
+    def generator_state(self) -> dict:
+        """The rollout's generator and the queue (see `queue_state`)."""
+        return self.queue_state()
+
+    def set_generator_state(self, state) -> None:
+        if isinstance(state, dict):  # this module's checkpoint
+            self.load_queue_state(state)
+        else:  # a synchronous run's engine state: the first engine's
+            self.process.call("set_generator_state", state[0] if isinstance(state, list) else state)
+
+    # -- the training stream ---------------------------------------------------
+    def fill(self) -> None:
+        """Dispatch batches while the window allows."""
+        while self.dispatched_since_sync < self.window.cap:
+            loader_state = self.loader.state_dict()
+            prompts = self.loader.next_batch()
+            request_id = self.process.submit("generate", prompts, self.sampling)
+            self.queue.append(_Batch(request_id, loader_state))
+            self.dispatched_since_sync += 1
+
+    def take(self) -> Generated:
+        """The oldest dispatched batch, when generated (load replies on the way are attested)."""
+        batch = self.queue.popleft()
+        if batch.generated is None:
+            batch.generated = self._wait(batch.request_id)
+            self.busy_seconds += batch.generated.seconds
+        return batch.generated
+
+    # -- checkpoints -----------------------------------------------------------
+    def queue_state(self) -> dict:
+        """What a checkpoint keeps: every dispatched batch, waited for, as
+        tensors with the loader state it was drawn at; the rollout's generator
+        after them. The trainer's current weights are sent first (a
+        checkpoint is a sync point), so a resumed rollout, which starts from
+        them, holds what the straight run's holds."""
+        self._send_if_behind()
+        for batch in self.queue:
+            if batch.generated is None:
+                batch.generated = self._wait(batch.request_id)
+                self.busy_seconds += batch.generated.seconds
+                batch.request_id = None
+        return {"generator": self.process.call("generator_state"),
+                "queue": [_saved(b) for b in self.queue]}
+
+    def load_queue_state(self, state: dict) -> None:
+        """The queue of a checkpoint: each batch's prompts drawn again from its
+        loader state (the same rows), with its saved responses."""
+        self.process.call("set_generator_state", state["generator"])
+        self.queue.clear()
+        for saved in state["queue"]:
+            loader = copy.copy(self.loader)
+            loader.load_state_dict(saved["loader_state"])
+            self.queue.append(_Batch(None, saved["loader_state"],
+                                     _restored(saved, loader.next_batch(), self.sampling.n)))
+
+    # -- weights ---------------------------------------------------------------
+    def _send_if_behind(self) -> None:
+        if self.sent_version != self.version:
+            self._send(self.version)
+
+    def _send(self, version: int) -> float:
+        sent = Ledger()
+        weights = dict(recording(self.actor.full_weights().items(), sent, dtype=torch.float32))
+        request_id = self.process.submit("load", version, weights)
+        self._unattested[request_id] = (version, sent)
+        self.sent_version = version
+        self.dispatched_since_sync = len(self.queue)  # dispatched before the sync, not yet trained on
+        return sent.seconds
+
+    def _wait(self, request_id: int):
+        value = self.process.wait(request_id, on_reply=self._on_reply, eager=self._unattested)
+        if request_id in self._unattested:
+            self._on_reply(request_id, "load", value)
+        return value
+
+    def _on_reply(self, request_id: int, kind: str, value) -> None:
+        version, sent = self._unattested.pop(request_id)
+        check_served(sent, served_by_engine([value], sent), engine=ENGINE, version=version)
+
+
+def _saved(batch: _Batch) -> dict:
+    g, r = batch.generated, batch.generated.rollouts
+    return {"loader_state": batch.loader_state, "response_ids": r.response_ids,
+            "response_mask": r.response_mask, "rollout_logprobs": r.rollout_logprobs,
+            "finish_reasons": list(r.finish_reasons), "versions": g.versions,
+            "seconds": g.seconds, "continued": g.continued}
+
+
+def _restored(saved: dict, prompts: PromptBatch, n: int) -> Generated:
+    """A saved batch's Generated record, its prompts laid out as the engine lays them."""
+    rollouts = Rollouts(prompts.input_ids.repeat_interleave(n, 0), prompts.attention_mask.repeat_interleave(n, 0),
+                        saved["response_ids"], saved["response_mask"], saved["rollout_logprobs"],
+                        list(saved["finish_reasons"]), torch.arange(len(prompts)).repeat_interleave(n),
+                        [s for s in prompts.samples for _ in range(n)])
+    return Generated(rollouts, saved["versions"], float(saved["seconds"]), int(saved["continued"]))
+
+
+class AsyncSampler:
+    """The step's generate-and-score stage under async training (a `Sampler`)."""
+
+    def __init__(self, rollout: AsyncRollout, draw: Draw) -> None:
+        self.rollout, self.draw = rollout, draw
+        self._last_call: float | None = None
+
+    def __call__(self, timer: StageTimer) -> ScoredRollouts:
+        rollout = self.rollout
+        rollout.fill()
+        busy_before = rollout.busy_seconds
+        with timer("gen"):  # the trainer's wait for the batch
+            generated = rollout.take()
+        rollout.fill()  # the next batches generate while this one trains
+        scored = score(self.draw, generated.rollouts, timer)
+        scored.versions = generated.versions
+        now = time.perf_counter()
+        scored.metrics = staleness_metrics(generated, trainer_version=rollout.version)
+        if self._last_call is not None:  # the rollout side's idle share since the last step
+            busy = rollout.busy_seconds - busy_before
+            scored.metrics["fully_async/rollouter/idle_ratio"] = max(0.0, 1 - busy / (now - self._last_call))
+        self._last_call = now
+        return scored
+
+
+def staleness_metrics(generated: Generated, *, trainer_version: int) -> dict[str, float]:
+    """How old a batch is when the trainer takes it: per response, the lag of
+    its oldest token (trainer version - the version that sampled it)."""
+    versions = generated.versions
+    sampled = versions != NO_VERSION
+    oldest = torch.where(sampled, versions, torch.iinfo(torch.long).max).min(-1).values  # [N]
+    newest = torch.where(sampled, versions, NO_VERSION).max(-1).values
+    has_tokens = sampled.any(-1)
+    lag = (trainer_version - oldest)[has_tokens]
+    span = (newest - oldest)[has_tokens]
+    n = max(1, int(has_tokens.sum()))
+    metrics = {
+        "fully_async/staleness/mean": float(lag.float().mean()) if lag.numel() else 0.0,
+        "fully_async/staleness/max": float(lag.max()) if lag.numel() else 0.0,
+        "fully_async/count/current_param_version": float(trainer_version),
+        "fully_async/count/stale_trajectory_processed": float((lag > 0).sum()),
+        "fully_async/partial/total_partial_num": float(generated.continued),
+        "fully_async/partial/partial_ratio": generated.continued / n,
+        "fully_async/partial/max_partial_span": float(span.max()) if span.numel() else 0.0,
+    }
+    for k, count in zip(*torch.unique(lag, return_counts=True)):
+        metrics[f"fully_async/samples_per_lag/{int(k)}"] = float(count)
+    return metrics
