@@ -2,7 +2,9 @@
 client for it.
 
 One pipe carries requests in order (generate, load weights, generator state)
-and their replies. The server handles them one at a time; under partial
+and their replies, pickled by value (`_send`, `_recv`: torch's shared-memory
+tensor passing would leave segments and a resource-sharer thread behind
+when either side dies). The server handles them one at a time; under partial
 rollout it also applies the weight loads that arrive while it decodes
 (`RolloutServer.generate`'s `apply_pending`), ahead of requests queued
 before them. The client matches replies to requests by id; every wait has a
@@ -19,6 +21,7 @@ from __future__ import annotations
 import collections
 import itertools
 import os
+import pickle
 import signal
 import time
 import traceback
@@ -33,6 +36,14 @@ from thinkrl.workers.policy_rank import RankSpec
 _POLL_S = 1.0  # how often a waiting client looks at the process's health
 
 
+def _send(conn, message) -> None:
+    conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _recv(conn):
+    return pickle.loads(conn.recv_bytes())
+
+
 def _serve(conn, spec: RankSpec, chunk_tokens: int, threads: int) -> None:
     """The process's main loop (spawned)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -43,16 +54,16 @@ def _serve(conn, spec: RankSpec, chunk_tokens: int, threads: int) -> None:
 
     def reply(request_id: int, call) -> None:
         try:
-            conn.send((request_id, True, call()))
-        except (BrokenPipeError, EOFError):
-            raise
+            result = call()
         except BaseException:  # the driver raises it with this process's traceback
-            conn.send((request_id, False, traceback.format_exc()))
+            _send(conn, (request_id, False, traceback.format_exc()))
+        else:
+            _send(conn, (request_id, True, result))
 
     def apply_pending() -> None:
         """Weight loads that arrived while decoding, ahead of other requests."""
         while conn.poll():
-            inbox.append(conn.recv())
+            inbox.append(_recv(conn))
         for message in [m for m in inbox if m[1] == "load"]:
             inbox.remove(message)
             handle(message)
@@ -60,7 +71,7 @@ def _serve(conn, spec: RankSpec, chunk_tokens: int, threads: int) -> None:
     def handle(message) -> bool:
         request_id, kind, args = message
         if kind == "close":
-            conn.send((request_id, True, None))
+            _send(conn, (request_id, True, None))
             return False
         if kind == "generate":
             reply(request_id, lambda: server.generate(*args, apply_pending=apply_pending))
@@ -70,13 +81,13 @@ def _serve(conn, spec: RankSpec, chunk_tokens: int, threads: int) -> None:
 
     try:
         server = RolloutServer(spec, chunk_tokens=chunk_tokens)
-        conn.send((0, True, os.getpid()))
-        while handle(inbox.popleft() if inbox else conn.recv()):
+        _send(conn, (0, True, os.getpid()))
+        while handle(inbox.popleft() if inbox else _recv(conn)):
             pass
-    except (EOFError, BrokenPipeError, KeyboardInterrupt):
+    except (EOFError, OSError, KeyboardInterrupt):
         return  # the driver is gone
     except BaseException:
-        conn.send((0, False, traceback.format_exc()))  # a failed start
+        _send(conn, (0, False, traceback.format_exc()))  # a failed start
 
 
 class RolloutProcess:
@@ -99,7 +110,12 @@ class RolloutProcess:
         """Send a request; its id, for `wait`."""
         request_id = next(self._ids)
         self._kinds[request_id] = kind if kind != "load" else f"weight load of policy version {args[0]}"
-        self._conn.send((request_id, kind, args))
+        try:
+            _send(self._conn, (request_id, kind, args))
+        except OSError:  # its end of the pipe is closed: it died
+            self.process.join(5)
+            raise WorkerFailed(f"the rollout process (pid {self.process.pid}) is gone (exit code "
+                               f"{self.process.exitcode}); {self._kinds[request_id]} was not sent")
         return request_id
 
     def call(self, kind: str, *args):
@@ -111,20 +127,24 @@ class RolloutProcess:
         `on_reply(id, kind, value)` at once (a failed one raises here)."""
         deadline = time.monotonic() + self.timeout_s
         while request_id not in self._replies:
-            if self._conn.poll(_POLL_S):
-                got, ok, value = self._conn.recv()
-                self._replies[got] = (ok, value)
-                if got in eager and got != request_id:
-                    on_reply(got, self._kinds[got], self._take(got))
-            elif not self.process.is_alive():
-                raise WorkerFailed(f"the rollout process (pid {self.process.pid}) died with exit "
-                                   f"code {self.process.exitcode} during {self._kinds[request_id]}; "
-                                   "its last output is above")
-            elif time.monotonic() > deadline:
+            if time.monotonic() > deadline:
                 raise WorkerFailed(f"the rollout process (pid {self.process.pid}) did not answer "
                                    f"{self._kinds[request_id]} within trainer.ray_wait_timeout_s="
                                    f"{self.timeout_s:g} s; raise it if a rollout legitimately takes "
                                    "longer")
+            try:
+                if self._conn.poll(_POLL_S):
+                    got, ok, value = _recv(self._conn)
+                    self._replies[got] = (ok, value)
+                    if got in eager and got != request_id:
+                        on_reply(got, self._kinds[got], self._take(got))
+                    continue
+            except (EOFError, OSError):  # the process's end closed: it died
+                self.process.join(5)
+            if not self.process.is_alive():
+                raise WorkerFailed(f"the rollout process (pid {self.process.pid}) died with exit "
+                                   f"code {self.process.exitcode} during {self._kinds[request_id]}; "
+                                   "its last output is above")
         return self._take(request_id)
 
     def _take(self, request_id: int):
@@ -138,8 +158,8 @@ class RolloutProcess:
         """Stop the process: ask, then terminate, then kill."""
         if self.process.is_alive():
             try:
-                self._conn.send((-1, "close", ()))
-            except (BrokenPipeError, OSError):
+                _send(self._conn, (-1, "close", ()))
+            except OSError:
                 pass
             self.process.join(10)
         if self.process.is_alive():

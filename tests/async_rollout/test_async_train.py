@@ -1,0 +1,142 @@
+"""Async training end to end on the tiny test model, one trainer process and
+one rollout process: zero staleness is the synchronous algorithm, one-step-off
+trains one version behind, a checkpoint keeps the queue (an exact resume), a
+hung or dead rollout process is named within its deadline."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+
+from thinkrl.build import build_run
+from thinkrl.cli import recipe_path
+from thinkrl.config import load_config
+from thinkrl.errors import WorkerFailed
+from thinkrl.trainer import train, train_run
+
+pytestmark = pytest.mark.slow
+
+SHARED_METRICS = ("critic/score/mean", "actor/pg_loss", "actor/kl_loss", "actor/entropy",
+                  "actor/grad_norm", "actor/pg_clipfrac", "response_length/mean",
+                  "critic/advantages/mean")
+
+
+def overrides(model_dir: Path, run_dir: Path, *extra: str) -> list[str]:
+    return [f"actor_rollout_ref.model.path={model_dir}", f"trainer.default_local_dir={run_dir}",
+            "data.train_batch_size=4", "actor_rollout_ref.rollout.n=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+            "actor_rollout_ref.actor.optim.lr=1e-3",  # so that the versions differ visibly
+            "data.max_response_length=16", "trainer.total_training_steps=3",
+            "trainer.val_before_train=False", "trainer.test_freq=-1", "trainer.save_freq=-1",
+            "trainer.progress_bar=False", "trainer.logger=[]", *extra]
+
+
+def length_reward(folder: Path) -> str:
+    """A reward that differs within every group (the tiny test model scores 0
+    on the task), so every step moves the weights."""
+    path = folder / "length_reward.py"
+    path.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                    "    return float(len(solution_str) % 5) / 4\n")
+    return f"custom_reward_function.path={path}"
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture
+def one_thread():
+    """Both sides and the synchronous run on one thread each: the same kernels."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_zero_staleness_is_the_synchronous_algorithm(asset_cache, tiny_model_dir, tmp_path, one_thread):
+    quiet = dict(log=lambda *_: None)
+    train(load_config(recipe_path("tiny"), overrides(tiny_model_dir, tmp_path / "sync",
+                                                     length_reward(tmp_path))), **quiet)
+    train(load_config(recipe_path("tiny"), overrides(
+        tiny_model_dir, tmp_path / "async", "async_training.mode=fully_async", length_reward(tmp_path),
+        "async_training.staleness_threshold=0", "async_training.trigger_parameter_sync_step=1",
+        "async_training.rollout_threads=1")), **quiet)
+    sync, asynchronous = metrics(tmp_path / "sync"), metrics(tmp_path / "async")
+    assert [r["step"] for r in asynchronous] == [1, 2, 3]
+    for a, b in zip(sync, asynchronous):
+        assert b["fully_async/staleness/max"] == 0 and b["fully_async/count/current_param_version"] == a["step"] - 1
+        assert b["rollout/logprob_diff_max"] < 1e-4  # the rollout's copy is the trainer's policy
+        for key in SHARED_METRICS:
+            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), (a["step"], key)
+
+
+def test_one_step_off_trains_one_version_behind_and_learns_the_same_way(asset_cache, tiny_model_dir,
+                                                                        tmp_path):
+    quiet = dict(log=lambda *_: None)
+    result = train(load_config(recipe_path("tiny"), overrides(
+        tiny_model_dir, tmp_path / "run", "async_training.mode=one_step_off",
+        length_reward(tmp_path))), **quiet)
+    records = metrics(tmp_path / "run")
+    assert result.steps == 3
+    assert [r["fully_async/staleness/max"] for r in records] == [0, 1, 1]
+    assert [r["fully_async/samples_per_lag/1"] for r in records[1:]] == [16, 16]
+    for r in records[1:]:  # behaviour and trainer policies differ, and rollout_is corrects it
+        assert r["rollout/logprob_diff_max"] > 1e-3
+        assert "rollout_is/mean" in r and r["timing_s/weight_attest"] >= 0
+
+
+def test_a_resumed_one_step_off_run_equals_the_straight_one(asset_cache, tiny_model_dir, tmp_path):
+    """The checkpoint of step 2 holds batch 3, generated with step 1's weights
+    while step 2 trained: the resumed run trains on it, not on a new batch."""
+    quiet = dict(log=lambda *_: None)
+    mode = ("async_training.mode=one_step_off", "async_training.partial_rollout=False",
+            "trainer.save_freq=2", length_reward(tmp_path))
+    train(load_config(recipe_path("tiny"), overrides(tiny_model_dir, tmp_path / "straight", *mode)),
+          **quiet)
+    train(load_config(recipe_path("tiny"), overrides(tiny_model_dir, tmp_path / "broken", *mode,
+                                                     "trainer.total_training_steps=2")), **quiet)
+    train(load_config(recipe_path("tiny"), overrides(tiny_model_dir, tmp_path / "broken", *mode)),
+          **quiet)
+    straight, resumed = metrics(tmp_path / "straight")[-1], metrics(tmp_path / "broken")[-1]
+    assert straight["step"] == resumed["step"] == 3
+    assert resumed["fully_async/staleness/max"] == 1
+    for key in SHARED_METRICS + ("rollout/logprob_diff_mean",):
+        assert resumed[key] == pytest.approx(straight[key], rel=1e-5, abs=1e-7), key
+
+
+def test_a_hung_rollout_process_is_named_within_its_deadline(asset_cache, tiny_model_dir, tmp_path):
+    cfg = load_config(recipe_path("tiny"), overrides(
+        tiny_model_dir, tmp_path / "run", "async_training.mode=one_step_off"))
+    run = build_run(cfg, log=lambda *_: None)
+    run.roles.engine.process.timeout_s = 5  # trainer.ray_wait_timeout_s, after the model loaded
+    pid = run.roles.engine.process.process.pid
+    try:
+        os.kill(pid, signal.SIGSTOP)  # alive, answering nothing
+        with pytest.raises(WorkerFailed, match=r"rollout process \(pid \d+\) did not answer generate "
+                                               r"within trainer.ray_wait_timeout_s=5"):
+            train_run(run, log=lambda *_: None)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        run.close()
+    assert not run.roles.engine.process.process.is_alive()
+
+
+def test_a_killed_rollout_process_is_named_and_nothing_is_left_behind(asset_cache, tiny_model_dir,
+                                                                      tmp_path):
+    cfg = load_config(recipe_path("tiny"), overrides(
+        tiny_model_dir, tmp_path / "run", "async_training.mode=one_step_off"))
+    run = build_run(cfg, log=lambda *_: None)
+    process = run.roles.engine.process.process
+    try:
+        os.kill(process.pid, signal.SIGKILL)
+        with pytest.raises(WorkerFailed, match=r"rollout process \(pid \d+\) died with exit code -9"):
+            train_run(run, log=lambda *_: None)
+    finally:
+        run.close()
+    assert not process.is_alive()
