@@ -3,6 +3,8 @@ attested weight loads, version stamps, and partial rollout's chunked decoding.""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
@@ -106,3 +108,38 @@ def test_a_load_between_chunks_switches_the_running_rows_to_the_new_version(spec
     assert versions[:, :8].eq(1).all() and versions[:, 8:].eq(2).all()  # chunks 1-2, then 3-4
     assert out.continued == 6
     assert out.rollouts.response_mask.eq(1).all() and set(out.rollouts.finish_reasons) == {"length"}
+
+
+def test_a_big_load_sent_while_the_process_sends_a_big_batch_does_not_deadlock(spec_and_tokenizer):
+    """Both messages exceed a pipe's buffer: with the trainer writing its
+    weights while the process writes its responses, neither may wait for the
+    other to read (before the client's sender and receiver threads, both did)."""
+    from thinkrl.async_rollout.process import RolloutProcess
+    from thinkrl.async_rollout.server import Generated
+
+    import threading
+
+    spec, tokenizer = spec_and_tokenizer
+    weights = {k: torch.randn(v.shape) for k, v in RolloutServer(spec).engine.model.state_dict().items()}
+    batch = prompts(tokenizer)
+    many = type(batch)(batch.input_ids.repeat(40, 1), batch.attention_mask.repeat(40, 1),
+                       batch.samples * 40)
+    process = RolloutProcess(spec, chunk_tokens=0, threads=1, timeout_s=120)
+    got = []
+
+    def exchange():  # a deadlock blocks a send, where no deadline reaches: hence the thread
+        generating = process.submit("generate", many, SamplingParams(n=8, max_tokens=24))
+        time.sleep(3)  # the process is now writing its responses, and nobody reads them yet
+        loading = process.submit("load", 1, weights)
+        got.extend([process.wait(generating), process.wait(loading)])
+    try:
+        worker = threading.Thread(target=exchange, daemon=True)
+        worker.start()
+        worker.join(240)
+        assert not worker.is_alive(), "the trainer and the rollout process wait for each other"
+    finally:
+        if worker.is_alive():
+            process.process.kill()  # unblocks both
+        process.close()
+    assert isinstance(got[0], Generated) and isinstance(got[1], Ledger)
+    assert not process.process.is_alive()

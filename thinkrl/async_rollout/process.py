@@ -22,7 +22,9 @@ import collections
 import itertools
 import os
 import pickle
+import queue
 import signal
+import threading
 import time
 import traceback
 from typing import Any
@@ -91,7 +93,13 @@ def _serve(conn, spec: RankSpec, chunk_tokens: int, threads: int) -> None:
 
 
 class RolloutProcess:
-    """The driver's handle on the rollout process."""
+    """The driver's handle on the rollout process.
+
+    Two threads move the messages, so that neither side ever blocks on the
+    other: the sender writes requests as the process reads them (a weight
+    load waits there, not in the trainer, while the process decodes), the
+    receiver reads every reply as soon as it is written (a process sending
+    a batch of responses never waits for the trainer)."""
 
     def __init__(self, spec: RankSpec, *, chunk_tokens: int, threads: int, timeout_s: float) -> None:
         self.timeout_s = timeout_s
@@ -104,18 +112,32 @@ class RolloutProcess:
         self._ids = itertools.count(1)
         self._replies: dict[int, tuple[bool, Any]] = {}
         self._kinds: dict[int, str] = {0: "start (loading the model)"}
+        self._outbox: queue.Queue = queue.Queue()
+        self._inbox: queue.Queue = queue.Queue()
+        threading.Thread(target=self._send_loop, name="thinkrl-rollout-send", daemon=True).start()
+        threading.Thread(target=self._recv_loop, name="thinkrl-rollout-recv", daemon=True).start()
         self.wait(0)
 
+    def _send_loop(self) -> None:
+        while (message := self._outbox.get()) is not None:
+            try:
+                _send(self._conn, message)
+            except OSError:  # the process's end closed: it died (the receiver reports it)
+                return
+
+    def _recv_loop(self) -> None:
+        while True:
+            try:
+                self._inbox.put(_recv(self._conn))
+            except (EOFError, OSError):
+                self._inbox.put(None)  # the pipe closed: the process is gone
+                return
+
     def submit(self, kind: str, *args) -> int:
-        """Send a request; its id, for `wait`."""
+        """Queue a request (sent in order by the sender thread); its id, for `wait`."""
         request_id = next(self._ids)
         self._kinds[request_id] = kind if kind != "load" else f"weight load of policy version {args[0]}"
-        try:
-            _send(self._conn, (request_id, kind, args))
-        except OSError:  # its end of the pipe is closed: it died
-            self.process.join(5)
-            raise WorkerFailed(f"the rollout process (pid {self.process.pid}) is gone (exit code "
-                               f"{self.process.exitcode}); {self._kinds[request_id]} was not sent")
+        self._outbox.put((request_id, kind, args))
         return request_id
 
     def call(self, kind: str, *args):
@@ -133,14 +155,18 @@ class RolloutProcess:
                                    f"{self.timeout_s:g} s; raise it if a rollout legitimately takes "
                                    "longer")
             try:
-                if self._conn.poll(_POLL_S):
-                    got, ok, value = _recv(self._conn)
-                    self._replies[got] = (ok, value)
-                    if got in eager and got != request_id:
-                        on_reply(got, self._kinds[got], self._take(got))
-                    continue
-            except (EOFError, OSError):  # the process's end closed: it died
+                reply = self._inbox.get(timeout=_POLL_S)
+            except queue.Empty:
+                reply = ()
+            if reply is None:  # the pipe closed
+                self._inbox.put(None)  # for any later wait too
                 self.process.join(5)
+            elif reply:
+                got, ok, value = reply
+                self._replies[got] = (ok, value)
+                if got in eager and got != request_id:
+                    on_reply(got, self._kinds[got], self._take(got))
+                continue
             if not self.process.is_alive():
                 raise WorkerFailed(f"the rollout process (pid {self.process.pid}) died with exit "
                                    f"code {self.process.exitcode} during {self._kinds[request_id]}; "
@@ -157,10 +183,7 @@ class RolloutProcess:
     def close(self) -> None:
         """Stop the process: ask, then terminate, then kill."""
         if self.process.is_alive():
-            try:
-                _send(self._conn, (-1, "close", ()))
-            except OSError:
-                pass
+            self._outbox.put((-1, "close", ()))
             self.process.join(10)
         if self.process.is_alive():
             self.process.terminate()
@@ -168,4 +191,5 @@ class RolloutProcess:
         if self.process.is_alive():
             self.process.kill()
             self.process.join(5)
+        self._outbox.put(None)
         self._conn.close()
