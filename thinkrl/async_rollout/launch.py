@@ -21,11 +21,11 @@ from thinkrl.workers.policy_rank import RankSpec
 def thread_split(cfg: Config, cores: int | None = None) -> tuple[int, int]:
     """(trainer threads, rollout threads) on a CPU, out of the threads this
     process would use alone (torch's, which OMP_NUM_THREADS sets):
-    async_training.rollout_threads for the rollout (0: half), the rest for the
-    trainer, at least 1 each."""
+    async_training.rollout_threads for the rollout (0: half), and
+    async_training.trainer_threads (0: the rest) for the trainer, at least 1 each."""
     cores = cores or torch.get_num_threads()
     rollout = cfg.async_training.rollout_threads or max(1, cores // 2)
-    return max(1, cores - rollout), rollout
+    return cfg.async_training.trainer_threads or max(1, cores - rollout), rollout
 
 
 def start_async_rollout(cfg: Config, spec: RankSpec, roles: Roles, draw: Draw, *,

@@ -29,8 +29,9 @@ def async_problems(cfg: Config, backend: str) -> list[str]:
             "must be a whole number >= 1 (steps between two weight syncs)")
     if a.partial_chunk_tokens < 1:
         bad("async_training.partial_chunk_tokens", a.partial_chunk_tokens, "must be a whole number >= 1")
-    if a.rollout_threads < 0:
-        bad("async_training.rollout_threads", a.rollout_threads, "must be >= 0 (0: half the cores)")
+    for key in ("rollout_threads", "trainer_threads"):
+        if getattr(a, key) < 0:
+            bad(f"async_training.{key}", getattr(a, key), "must be >= 0 (0: split the cores)")
     if a.mode == "off":
         return problems
     wanted = a.require_batches * arr.actor.ppo_mini_batch_size

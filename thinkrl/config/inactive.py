@@ -59,6 +59,7 @@ def _async_notes(cfg: Config) -> Notes:
         return [(("async_training.staleness_threshold", "async_training.trigger_parameter_sync_step",
                   "async_training.require_batches", "async_training.partial_rollout",
                   "async_training.partial_chunk_tokens", "async_training.rollout_threads",
+                  "async_training.trainer_threads",
                   f"{_ROLLOUT}.nnodes", f"{_ROLLOUT}.n_gpus_per_node"),
                  "async_training.mode=off: generation and update take turns on the same weights")]
     notes = [(("async_training.staleness_threshold", "async_training.trigger_parameter_sync_step"),

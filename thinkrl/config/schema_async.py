@@ -42,5 +42,9 @@ class AsyncTrainingConfig:
     """thinkrl: tokens decoded between two looks for a weight sync when
     ``partial_rollout`` is on."""
     rollout_threads: int = 0
-    """thinkrl, CPU: threads of the rollout process; 0 splits this machine's
-    cores evenly between the trainer and the rollout."""
+    """thinkrl, CPU: torch threads of the rollout process; 0: half of the
+    threads this process would use alone."""
+    trainer_threads: int = 0
+    """thinkrl, CPU: torch threads of the trainer in async modes; 0: those the
+    rollout process leaves (more than that oversubscribes the cores, which pays
+    when the rollout side is mostly idle: docs/benchmarks.md)."""
