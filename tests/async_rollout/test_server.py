@@ -77,12 +77,13 @@ def test_every_token_is_stamped_with_the_version_that_sampled_it(spec_and_tokeni
     assert out.continued == 0 and out.seconds > 0
 
 
-def test_chunked_decoding_without_a_load_gives_the_greedy_tokens_of_one_call(spec_and_tokenizer):
+def test_paused_decoding_without_new_weights_gives_the_greedy_tokens_of_one_call(spec_and_tokenizer):
     spec, tokenizer = spec_and_tokenizer
     params = SamplingParams(n=2, max_tokens=20, do_sample=False)
     whole = RolloutServer(spec).generate(prompts(tokenizer), params)
-    chunked = RolloutServer(spec, chunk_tokens=6).generate(prompts(tokenizer), params,
-                                                          apply_pending=lambda: None)
+    looks = iter([False, True, True, False])  # pauses at tokens 12 and 18 (a load "waits")
+    chunked = RolloutServer(spec, chunk_tokens=6).generate(
+        prompts(tokenizer), params, apply_pending=lambda: None, pending=lambda: next(looks, False))
     assert chunked.rollouts.response_ids.tolist() == whole.rollouts.response_ids.tolist()
     assert chunked.rollouts.response_mask.tolist() == whole.rollouts.response_mask.tolist()
     assert chunked.rollouts.finish_reasons == whole.rollouts.finish_reasons
@@ -95,17 +96,16 @@ def test_a_load_between_chunks_switches_the_running_rows_to_the_new_version(spec
     server = RolloutServer(spec, chunk_tokens=4)
     server.version = 1
     new_weights = trainer_weights(server, scale=1.001)
-    calls = []
+    looks = []
 
-    def apply_pending():  # the second look finds version 2's weights waiting
-        calls.append(1)
-        if len(calls) == 2:
-            server.load(2, new_weights)
+    def pending():  # the second look (after 8 tokens) finds version 2's weights waiting
+        looks.append(1)
+        return len(looks) == 2
     out = server.generate(prompts(tokenizer), SamplingParams(n=2, max_tokens=16, ignore_eos=True),
-                          apply_pending=apply_pending)
+                          apply_pending=lambda: server.load(2, new_weights), pending=pending)
     versions = out.versions
     assert versions.shape == (6, 16)
-    assert versions[:, :8].eq(1).all() and versions[:, 8:].eq(2).all()  # chunks 1-2, then 3-4
+    assert versions[:, :8].eq(1).all() and versions[:, 8:].eq(2).all()  # paused after 8 tokens
     assert out.continued == 6
     assert out.rollouts.response_mask.eq(1).all() and set(out.rollouts.finish_reasons) == {"length"}
 

@@ -62,10 +62,15 @@ def _serve(conn, spec: RankSpec, chunk_tokens: int, threads: int) -> None:
         else:
             _send(conn, (request_id, True, result))
 
-    def apply_pending() -> None:
-        """Weight loads that arrived while decoding, ahead of other requests."""
+    def pending() -> bool:
+        """Has a weight load arrived (while decoding)?"""
         while conn.poll():
             inbox.append(_recv(conn))
+        return any(m[1] == "load" for m in inbox)
+
+    def apply_pending() -> None:
+        """Weight loads that arrived while decoding, ahead of other requests."""
+        pending()
         for message in [m for m in inbox if m[1] == "load"]:
             inbox.remove(message)
             handle(message)
@@ -76,7 +81,8 @@ def _serve(conn, spec: RankSpec, chunk_tokens: int, threads: int) -> None:
             _send(conn, (request_id, True, None))
             return False
         if kind == "generate":
-            reply(request_id, lambda: server.generate(*args, apply_pending=apply_pending))
+            reply(request_id, lambda: server.generate(*args, apply_pending=apply_pending,
+                                                      pending=pending))
         else:
             reply(request_id, lambda: getattr(server, kind)(*args))
         return True

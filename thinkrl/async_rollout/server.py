@@ -2,12 +2,13 @@
 of the policy, the weight version it serves, and generation that stamps every
 token with the version that sampled it.
 
-Partial rollout (`async_training.partial_rollout`): a batch is decoded in
-chunks of `chunk_tokens`; between two chunks the server applies any weight
-load that has arrived (`apply_pending`), and the rows still running continue
-with the new weights, their prompt and tokens so far prefilled again (the
-KV cache of the old weights is not reused, as verl's resume recomputes it).
-Each token keeps the version it was sampled with. Without it (chunk_tokens
+Partial rollout (`async_training.partial_rollout`): every `chunk_tokens`
+decoded tokens the server looks for a weight load that has arrived; if one
+has, decoding pauses, the load is applied (`apply_pending`), and the rows
+still running continue with the new weights, their prompt and tokens so far
+prefilled again (the KV cache of the old weights is not reused, as verl's
+resume recomputes it). Without a load, decoding never pauses. Each token
+keeps the version it was sampled with. Without partial rollout (chunk_tokens
 0) a batch is decoded in one call and a load waits for the batch's end.
 
 Shapes: N responses, R response tokens.
@@ -84,20 +85,21 @@ class RolloutServer:
         self.engine.set_generator_state(state)
 
     def generate(self, prompts: PromptBatch, params: SamplingParams,
-                 apply_pending: Callable[[], None] | None = None) -> Generated:
-        """`params.n` responses per prompt. With `chunk_tokens` and
-        `apply_pending` (the process shell's: it loads any weights that
-        arrived), decoding pauses every chunk for those loads."""
+                 apply_pending: Callable[[], None] | None = None,
+                 pending: Callable[[], bool] | None = None) -> Generated:
+        """`params.n` responses per prompt. With `chunk_tokens`, `pending` (is
+        a weight load waiting?) and `apply_pending` (load it), decoding looks
+        every `chunk_tokens` tokens and, when a load waits, pauses, loads it
+        and goes on with the new weights (the module's docstring)."""
         started = time.perf_counter()
-        if not self.chunk_tokens or apply_pending is None or params.max_tokens <= self.chunk_tokens:
+        if not self.chunk_tokens or apply_pending is None or pending is None:
             rollouts = self.engine.generate(prompts, params)
             versions = torch.where(rollouts.response_mask.bool(), self.version, NO_VERSION)
             return Generated(rollouts, versions, time.perf_counter() - started)
-        return self._in_chunks(prompts, params, apply_pending, started)
 
-    def _in_chunks(self, prompts: PromptBatch, params: SamplingParams,
-                   apply_pending: Callable[[], None], started: float) -> Generated:
-        first = self.engine.generate(prompts, dataclasses.replace(params, max_tokens=self.chunk_tokens))
+        def pause(tokens: int) -> bool:
+            return tokens % self.chunk_tokens == 0 and pending()
+        first = self.engine.generate(prompts, params, pause=pause)
         pieces = [_Piece.of(first, self.version)]
         done = _finished(first, params.max_tokens)
         produced, continued = first.response_ids.shape[1], torch.zeros(len(first), dtype=torch.bool)
@@ -106,12 +108,12 @@ class RolloutServer:
             apply_pending()
             rows = (~done).nonzero()[:, 0]
             continued[rows] |= self.version != before
-            step = dataclasses.replace(params, n=1,
-                                       max_tokens=min(self.chunk_tokens, params.max_tokens - produced))
-            part = self.engine.generate(_continuation(first, pieces, rows, self.engine.pad_token_id), step)
+            step = dataclasses.replace(params, n=1, max_tokens=params.max_tokens - produced)
+            part = self.engine.generate(_continuation(first, pieces, rows, self.engine.pad_token_id),
+                                        step, pause=pause)
             pieces.append(_Piece.of(part, self.version, rows=rows, total=len(first)))
             produced += part.response_ids.shape[1]
-            done[rows] = _finished(part, params.max_tokens - produced + part.response_ids.shape[1])
+            done[rows] = _finished(part, step.max_tokens)
         return _assemble(first, pieces, self.engine.pad_token_id, started, int(continued.sum()))
 
 

@@ -32,10 +32,12 @@ COMPACT_SHARE = 0.25
 
 def decode(spec: LeanSpec, prompt_ids: Tensor, prompt_mask: Tensor, *, samples: int,
            max_tokens: int, eos: Tensor | None, pad_token_id: int,
-           sample: Callable[[Tensor, Tensor, int], tuple[Tensor, Tensor]]
-           ) -> tuple[Tensor, Tensor]:
+           sample: Callable[[Tensor, Tensor, int], tuple[Tensor, Tensor]],
+           pause: Callable[[int], bool] | None = None) -> tuple[Tensor, Tensor]:
     """Responses [N, R] and their log-probs [N, R] (pad / 0 after a row's EOS),
-    R the longest response (at most max_tokens).
+    R the longest response (at most max_tokens), or fewer tokens when
+    `pause(tokens so far)` says to stop early (partial rollout: the caller
+    continues the unfinished rows later).
 
     prompt_ids, prompt_mask: [B, P] left-padded, on the compute device.
     eos: the stop ids, or None to ignore EOS (every row runs max_tokens).
@@ -74,7 +76,7 @@ def decode(spec: LeanSpec, prompt_ids: Tensor, prompt_mask: Tensor, *, samples: 
         tokens[active[live], step], logprobs[active[live], step] = token[live], logprob[live]
         if eos is not None:
             done = done | torch.isin(token, eos)
-        if step + 1 == max_tokens or bool(done.all()):
+        if step + 1 == max_tokens or bool(done.all()) or (pause is not None and pause(step + 1)):
             steps = step + 1  # as the padded loop: R is the longest response, not max_tokens
             break
         if bool(done.any()) and done.sum() >= COMPACT_SHARE * len(active):

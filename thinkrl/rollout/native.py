@@ -110,16 +110,21 @@ class NativeEngine:
         self.generator.set_state(state)
 
     @torch.no_grad()
-    def generate(self, prompts: PromptBatch, params: SamplingParams) -> Rollouts:
+    def generate(self, prompts: PromptBatch, params: SamplingParams,
+                 pause: Callable[[int], bool] | None = None) -> Rollouts:
+        """`pause(tokens so far)`, asked after every decoded token, may end
+        decoding early: rows that have not stopped then hold fewer than
+        max_tokens tokens (async training's partial rollout continues them)."""
         was_training = self.model.training
         self.model.eval()
         try:
             with self.gather(), self.autocast():
-                return self._generate(prompts, params)
+                return self._generate(prompts, params, pause)
         finally:
             self.model.train(was_training)
 
-    def _generate(self, prompts: PromptBatch, params: SamplingParams) -> Rollouts:
+    def _generate(self, prompts: PromptBatch, params: SamplingParams,
+                  pause: Callable[[int], bool] | None = None) -> Rollouts:
         from transformers import DynamicCache
 
         if len(prompts) == 0:  # a rank with no share of a small batch still gathered above
@@ -132,7 +137,8 @@ class NativeEngine:
                 self._lean, prompts.input_ids.to(device), prompts.attention_mask.to(device),
                 samples=g, max_tokens=params.max_tokens, pad_token_id=self.pad_token_id,
                 eos=None if params.ignore_eos else self.eos_token_ids.to(device),
-                sample=lambda logits, rows, total: self._sample(logits, params, rows, total))
+                sample=lambda logits, rows, total: self._sample(logits, params, rows, total),
+                pause=pause)
             return self._rollouts(prompts, prompt_ids, prompt_mask, response_ids.cpu(),
                                   response_logprobs.cpu(), params)
         n = prompt_ids.shape[0]
@@ -165,7 +171,8 @@ class NativeEngine:
             logprobs.append(logprob.masked_fill(finished, 0.0))
             if not params.ignore_eos:
                 finished = finished | torch.isin(token, eos)
-            if bool(finished.all()) or step + 1 == params.max_tokens:
+            if bool(finished.all()) or step + 1 == params.max_tokens or (pause is not None
+                                                                          and pause(step + 1)):
                 break
             attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], 1)
             logits = self.model(input_ids=token[:, None], attention_mask=attention_mask,
