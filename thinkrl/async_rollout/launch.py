@@ -51,7 +51,11 @@ def start_async_rollout(cfg: Config, spec: RankSpec, roles: Roles, draw: Draw, *
     log(f"async training ({asynchronous.mode}): a rollout process (pid {process.process.pid}"
         + (f", torch threads: {rollout_threads}; the trainer's: {trainer_threads}" if on_cpu else "")
         + f"); weights synced every {window.sync_every} step(s), at most {window.cap} batch(es) "
-        f"dispatched per sync window, partial rollout {'on' if chunk else 'off'}")
+        f"dispatched per sync window, partial rollout {'on' if chunk else 'off'}; pi_old: "
+        + ("the rollout's log-probs (actor.use_rollout_log_probs)"
+           if cfg.actor_rollout_ref.actor.use_rollout_log_probs else
+           "the trainer's policy before the update, with algorithm.rollout_is correcting "
+           "for the rollout's"))
 
     def close() -> None:
         try:
