@@ -16,7 +16,7 @@ from thinkrl import builtin
 from thinkrl.algos.advantages import build_advantage_estimator
 from thinkrl.algos.kl_control import KLController
 from thinkrl.algos.rollout_correction import RolloutCorrection
-from thinkrl.async_rollout.launch import start_async_rollout
+from thinkrl.async_rollout.launch import async_window, start_async_rollout
 from thinkrl.assets import (generation_batch_size, prompt_set, run_tokenizer,
                             total_training_steps, training_sampling, val_batch_size,
                             validation_sampling)
@@ -122,11 +122,14 @@ def step_settings(cfg: Config, sizes: DerivedSizes) -> StepSettings:
     algo, arr = cfg.algorithm, cfg.actor_rollout_ref
     asynchronous = cfg.async_training.mode != "off"
     from_rollout = arr.actor.use_rollout_log_probs
-    # Async samples come from older weights: pi_old is then not the update's
-    # own first forward, and (unless pi_old is the behaviour policy itself,
-    # use_rollout_log_probs) rollout_is corrects for the behaviour policy.
-    off_policy = sizes.optimizer_steps_per_step > 1 or asynchronous or from_rollout
-    rollout_is = algo.rollout_is or (asynchronous and not from_rollout)
+    # Async samples may come from older weights: pi_old is then not the
+    # update's own first forward, and (unless pi_old is the behaviour policy
+    # itself, use_rollout_log_probs) rollout_is corrects for the behaviour
+    # policy. A window that never runs ahead (zero staleness, a sync every
+    # step) is the synchronous algorithm and is left exactly so.
+    stale = asynchronous and async_window(cfg).can_be_stale
+    off_policy = sizes.optimizer_steps_per_step > 1 or stale or from_rollout
+    rollout_is = algo.rollout_is or (stale and not from_rollout)
     # An engine with its own weights (vllm, the rollout process), or rollout_is's
     # correction: the trainer's log-probs of the sampled tokens are compared with the engine's.
     checks_engine = arr.rollout.name != "native" or rollout_is or asynchronous

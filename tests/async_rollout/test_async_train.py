@@ -140,3 +140,20 @@ def test_a_killed_rollout_process_is_named_and_nothing_is_left_behind(asset_cach
     finally:
         run.close()
     assert not process.is_alive()
+
+
+def test_a_sync_sent_at_a_checkpoint_between_trigger_steps_is_attested(asset_cache, tiny_model_dir,
+                                                                       tmp_path):
+    """With a sync every 2 steps, the checkpoint of step 1 sends the weights
+    itself (a checkpoint is a sync point): that load is attested too."""
+    cfg = load_config(recipe_path("tiny"), overrides(
+        tiny_model_dir, tmp_path / "run", "async_training.mode=fully_async",
+        "async_training.trigger_parameter_sync_step=2", "async_training.partial_rollout=False",
+        "trainer.save_freq=1", "trainer.total_training_steps=3", length_reward(tmp_path)))
+    run = build_run(cfg, log=lambda *_: None)
+    try:
+        train_run(run, log=lambda *_: None)
+        assert not run.roles.engine._unattested  # every load's digests were compared
+        assert run.roles.engine.sent_version == 3
+    finally:
+        run.close()

@@ -69,6 +69,25 @@ def test_what_async_training_does_not_support_yet_is_refused_with_the_fix():
         problems_of("async_training.mode=fully_async", "async_training.staleness_threshold=-0.5")
     assert "set data.train_batch_size=64 (verl's fully-async lines set it to 0)" in problems_of(
         "async_training.mode=fully_async", "async_training.require_batches=2")
+    assert "trainer.critic_warmup=2: steps without an actor update send no weights" in problems_of(
+        "async_training.mode=one_step_off", "algorithm.adv_estimator=gae", "trainer.critic_warmup=2")
+
+
+def test_only_a_window_that_can_run_ahead_makes_the_update_off_policy():
+    from thinkrl.build import step_settings
+
+    def settings(*overrides):
+        cfg = load_config("tiny", list(overrides))
+        return step_settings(cfg, validate(cfg))
+    exact = settings("async_training.mode=fully_async", "async_training.staleness_threshold=0",
+                     "async_training.trigger_parameter_sync_step=1")
+    assert not exact.off_policy and exact.rollout_correction is None  # the synchronous algorithm
+    assert exact.recompute_old_logprobs  # for the engine-gap metrics only
+    ahead = settings("async_training.mode=one_step_off")
+    assert ahead.off_policy and ahead.rollout_correction is not None
+    bypass = settings("async_training.mode=one_step_off", "actor_rollout_ref.actor.use_rollout_log_probs=True")
+    assert bypass.off_policy and bypass.old_from_rollout and not bypass.recompute_old_logprobs
+    assert bypass.rollout_correction is None
 
 
 def test_async_keys_with_mode_off_are_noted_as_changing_nothing():

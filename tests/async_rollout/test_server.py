@@ -143,3 +143,15 @@ def test_a_big_load_sent_while_the_process_sends_a_big_batch_does_not_deadlock(s
         process.close()
     assert isinstance(got[0], Generated) and isinstance(got[1], Ledger)
     assert not process.process.is_alive()
+
+
+def test_a_rollout_process_that_cannot_start_says_why(spec_and_tokenizer, tmp_path):
+    import dataclasses
+
+    from thinkrl.async_rollout.process import RolloutProcess
+    from thinkrl.errors import WorkerFailed
+
+    spec, _ = spec_and_tokenizer
+    missing = dataclasses.replace(spec, model_path=str(tmp_path / "no-such-model"))
+    with pytest.raises(WorkerFailed, match=r"(?s)failed during start \(loading the model\):.*no-such-model"):
+        RolloutProcess(missing, chunk_tokens=0, threads=1, timeout_s=120)

@@ -28,6 +28,13 @@ def thread_split(cfg: Config, cores: int | None = None) -> tuple[int, int]:
     return cfg.async_training.trainer_threads or max(1, cores - rollout), rollout
 
 
+def async_window(cfg: Config) -> Window:
+    """How far generation may run ahead of the trainer (async_training.*)."""
+    a = cfg.async_training
+    return Window.of(a.mode, staleness_threshold=a.staleness_threshold,
+                     sync_every=a.trigger_parameter_sync_step)
+
+
 def start_async_rollout(cfg: Config, spec: RankSpec, roles: Roles, draw: Draw, *,
                         log=print) -> tuple[Roles, Sampler]:
     """The run's roles with the rollout process as their engine, and the sampler
@@ -44,8 +51,7 @@ def start_async_rollout(cfg: Config, spec: RankSpec, roles: Roles, draw: Draw, *
     threads_before = torch.get_num_threads()
     if trainer_threads:
         torch.set_num_threads(trainer_threads)
-    window = Window.of(asynchronous.mode, staleness_threshold=asynchronous.staleness_threshold,
-                       sync_every=asynchronous.trigger_parameter_sync_step)
+    window = async_window(cfg)
     rollout = AsyncRollout(process, roles.actor, window=window, loader=draw.loader,
                            sampling=draw.sampling)
     log(f"async training ({asynchronous.mode}): a rollout process (pid {process.process.pid}"

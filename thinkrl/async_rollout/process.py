@@ -89,13 +89,15 @@ def _serve(conn, spec: RankSpec, chunk_tokens: int, threads: int) -> None:
 
     try:
         server = RolloutServer(spec, chunk_tokens=chunk_tokens)
+    except BaseException:  # a failed start (a missing model folder...): the driver shows why
+        _send(conn, (0, False, traceback.format_exc()))
+        return
+    try:
         _send(conn, (0, True, os.getpid()))
         while handle(inbox.popleft() if inbox else _recv(conn)):
             pass
-    except (EOFError, OSError, KeyboardInterrupt):
+    except (EOFError, ConnectionError, KeyboardInterrupt):
         return  # the driver is gone
-    except BaseException:
-        _send(conn, (0, False, traceback.format_exc()))  # a failed start
 
 
 class RolloutProcess:
@@ -154,6 +156,8 @@ class RolloutProcess:
         first are kept for their own `wait`, except those in `eager`: given to
         `on_reply(id, kind, value)` at once (a failed one raises here)."""
         deadline = time.monotonic() + self.timeout_s
+        for got in [i for i in self._replies if i in eager and i != request_id]:  # parked before
+            on_reply(got, self._kinds[got], self._take(got))
         while request_id not in self._replies:
             if time.monotonic() > deadline:
                 raise WorkerFailed(f"the rollout process (pid {self.process.pid}) did not answer "
@@ -188,9 +192,9 @@ class RolloutProcess:
 
     def close(self) -> None:
         """Stop the process: ask, then terminate, then kill."""
-        if self.process.is_alive():
+        if self.process.is_alive():  # (what is still queued there is not needed any more)
             self._outbox.put((-1, "close", ()))
-            self.process.join(10)
+            self.process.join(2)
         if self.process.is_alive():
             self.process.terminate()
             self.process.join(5)

@@ -57,6 +57,12 @@ class Window:
     cap: int
     """Batches dispatched between two syncs, those in flight at the sync included."""
 
+    @property
+    def can_be_stale(self) -> bool:
+        """Can a batch be generated with older weights than the trainer's?
+        Not with one batch per sync and a sync every step: the synchronous algorithm."""
+        return self.cap > 1 or self.sync_every > 1
+
     @classmethod
     def of(cls, mode: str, *, staleness_threshold: float, sync_every: int) -> "Window":
         if mode == "one_step_off":
@@ -148,13 +154,13 @@ class AsyncRollout:
                 batch.generated = self._wait(batch.request_id)
                 self.busy_seconds += batch.generated.seconds
                 batch.request_id = None
-        return {"generator": self.process.call("generator_state"),
+        return {"generator": self._wait(self.process.submit("generator_state")),
                 "queue": [_saved(b) for b in self.queue]}
 
     def load_queue_state(self, state: dict) -> None:
         """The queue of a checkpoint: each batch's prompts drawn again from its
         loader state (the same rows), with its saved responses."""
-        self.process.call("set_generator_state", state["generator"])
+        self._wait(self.process.submit("set_generator_state", state["generator"]))
         self.queue.clear()
         for saved in state["queue"]:
             loader = copy.copy(self.loader)
