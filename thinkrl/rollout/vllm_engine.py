@@ -34,11 +34,12 @@ from torch import Tensor
 
 from thinkrl.errors import SetupError
 from thinkrl.parallel.device import compute_dtype, empty_cache
-from thinkrl.records import FINISH_LENGTH, FINISH_STOP, PromptBatch, Rollouts
+from thinkrl.records import PromptBatch, Rollouts
 from thinkrl.rollout.attest import Ledger, recording
 from thinkrl.rollout.base import SamplingParams
 from thinkrl.rollout.native import empty_rollouts
 from thinkrl.rollout.vllm_attest import packed_modules, served_ledger
+from thinkrl.rollout.vllm_outputs import sampled_logprobs, to_rollouts
 from thinkrl.rollout.vllm_versions import (reload_with_tensors, translate_arguments,
                                            version_problem, weight_loader)
 from thinkrl.rollout.vllm_vision import VisionInputs, is_synced, vision_engine_arguments
@@ -278,7 +279,7 @@ class VllmEngine:
         # Greedy decoding asks vLLM for one response (it refuses n > 1 there)
         # and repeats it, as the native engine's n identical rows.
         copies = params.n if params.greedy else 1
-        rollouts = to_rollouts(prompts, [[(c.token_ids, _sampled_logprobs(c), c.finish_reason)
+        rollouts = to_rollouts(prompts, [[(c.token_ids, sampled_logprobs(c), c.finish_reason)
                                           for c in out.outputs] * copies for out in outputs],
                                params=params, pad_token_id=self.pad_token_id)
         if self.vision is not None and prompts.model_inputs is not None:
@@ -377,36 +378,3 @@ def remove_stale_cpu_shm(rank: int, tp: int, folder: str = "/dev/shm") -> list[s
             os.unlink(path)
             removed.append(path)
     return removed
-
-
-def _sampled_logprobs(completion) -> list[float]:
-    """The log-prob of each generated token (vLLM gives a dict per position
-    holding the sampled token, plus the top ones when asked for more)."""
-    return [step[token].logprob for token, step in zip(completion.token_ids, completion.logprobs)]
-
-
-def to_rollouts(prompts: PromptBatch, completions: list[list[tuple]], *, params: SamplingParams,
-                pad_token_id: int) -> Rollouts:
-    """The Rollouts record of an engine's completions: `completions[i]` holds
-    prompt i's `params.n` (token_ids, logprobs, finish_reason). Responses are
-    right-padded with the pad id to the longest; the mask covers every
-    generated token, the stop token included, as in `native`."""
-    flat = [c for per_prompt in completions for c in per_prompt]
-    width = max(1, max(len(ids) for ids, _, _ in flat))
-    n = len(flat)
-    response_ids = torch.full((n, width), pad_token_id, dtype=torch.long)
-    response_mask = torch.zeros(n, width, dtype=torch.long)
-    logprobs = torch.zeros(n, width)
-    reasons = []
-    for row, (ids, lps, reason) in enumerate(flat):
-        response_ids[row, :len(ids)] = torch.tensor(list(ids), dtype=torch.long)
-        response_mask[row, :len(ids)] = 1
-        logprobs[row, :len(ids)] = torch.tensor(list(lps), dtype=torch.float32)
-        reasons.append(FINISH_STOP if reason == "stop" else FINISH_LENGTH)
-    g = params.n
-    return Rollouts(
-        prompt_ids=prompts.input_ids.repeat_interleave(g, dim=0),
-        prompt_mask=prompts.attention_mask.repeat_interleave(g, dim=0),
-        response_ids=response_ids, response_mask=response_mask, rollout_logprobs=logprobs,
-        finish_reasons=reasons, group_ids=torch.arange(len(prompts)).repeat_interleave(g),
-        samples=[s for s in prompts.samples for _ in range(g)])
