@@ -148,9 +148,6 @@ class RolloutProcess:
         self._outbox.put((request_id, kind, args))
         return request_id
 
-    def call(self, kind: str, *args):
-        return self.wait(self.submit(kind, *args))
-
     def wait(self, request_id: int, *, on_reply=None, eager=()):
         """The reply to `request_id`. Replies to other requests that arrive
         first are kept for their own `wait`, except those in `eager`: given to

@@ -121,7 +121,8 @@ class AsyncRollout:
         if isinstance(state, dict):  # this module's checkpoint
             self.load_queue_state(state)
         else:  # a synchronous run's engine state: the first engine's
-            self.process.call("set_generator_state", state[0] if isinstance(state, list) else state)
+            state = state[0] if isinstance(state, list) else state
+            self._wait(self.process.submit("set_generator_state", state))
 
     # -- the training stream ---------------------------------------------------
     def fill(self) -> None:

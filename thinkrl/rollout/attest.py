@@ -116,8 +116,11 @@ class Ledger:
     """Time spent hashing."""
 
     def add(self, unit: str, tensor: Tensor) -> None:
-        self.units[unit] = self.units.get(unit, Digest()) + tensor_digest(tensor)
-        self.numel[unit] = self.numel.get(unit, 0) + tensor.numel()
+        self.add_digest(unit, tensor_digest(tensor), tensor.numel())
+
+    def add_digest(self, unit: str, digest: Digest, numel: int) -> None:
+        self.units[unit] = self.units.get(unit, Digest()) + digest
+        self.numel[unit] = self.numel.get(unit, 0) + numel
 
 
 def recording(named_tensors: Iterable[tuple[str, Tensor]], ledger: Ledger, *,

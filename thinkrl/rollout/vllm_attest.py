@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from thinkrl.rollout.attest import INCONSISTENT, Digest, Ledger, tensor_digest, unit_of
+from thinkrl.rollout.attest import INCONSISTENT, Ledger, tensor_digest, unit_of
 
 # Identity columns per read-back product: [256, K] at a time.
 _READ_BACK_COLUMNS = 256
@@ -71,8 +71,7 @@ def served_ledger(model: torch.nn.Module) -> Ledger:
                 digest, numel = read.units["w"], read.numel["w"]
                 if param.numel() and tensor_digest(param[:rows]) != digest:
                     digest = INCONSISTENT
-                ledger.units[unit] = ledger.units.get(unit, Digest()) + digest
-                ledger.numel[unit] = ledger.numel.get(unit, 0) + numel
+                ledger.add_digest(unit, digest, numel)
             elif param.numel():
                 ledger.add(unit, param[:rows])
     ledger.seconds = time.perf_counter() - started
