@@ -40,16 +40,17 @@ def run_tokenizer(cfg: Config, model_path: str):
 
 
 def prompt_set(cfg: Config, tokenizer, *, files, key: str, template: str, log=print,
-               model_path: str | None = None) -> list[Prompt]:
+               model_path: str | None = None, chat_kwargs: dict | None = None) -> list[Prompt]:
     """The prompts of `files` (the value of config `key`), rendered with
-    `template` and checked against the data.* length settings; image rows
+    `template` (with `chat_kwargs`, default data.apply_chat_template_kwargs)
+    and checked against the data.* length settings; image rows
     with the image processor of `model_path` (default: the config's model)."""
     data = cfg.data
     return load_prompts(builtin.resolve_data_files(files, log=log), tokenizer, key=key,
                         template=template, prompt_key=data.prompt_key,
                         reward_fn_key=data.reward_fn_key, max_prompt_length=data.max_prompt_length,
                         filter_overlong=data.filter_overlong_prompts, truncation=data.truncation,
-                        chat_kwargs=data.apply_chat_template_kwargs,
+                        chat_kwargs=data.apply_chat_template_kwargs if chat_kwargs is None else chat_kwargs,
                         media_keys=(data.image_key, data.video_key),
                         images=run_image_encoder(cfg, tokenizer, model_path=model_path),
                         log=log)

@@ -6,6 +6,7 @@ the driver (`thinkrl.trainer`) only ever sees a run that can start.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from pathlib import Path
 
@@ -37,6 +38,7 @@ from thinkrl.reward_watch import FailureBreaker, ZeroRewardWatch
 from thinkrl.rewards.scorer import RewardScorer
 from thinkrl.run import Roles, Run, RunSpec, RunState, StepSettings
 from thinkrl.stages.sampling import Draw, OverlongPenalty, build_sampler
+from thinkrl.tools.setup import chat_kwargs_with_tools, run_tools, with_tool_loop
 from thinkrl.workers.group import LocalGroup
 from thinkrl.workers.policy_rank import RankSpec
 
@@ -68,10 +70,12 @@ def _assemble(cfg: Config, sizes: DerivedSizes, *, log=print) -> Run:
     check_model(cfg, model_path)
     tokenizer = run_tokenizer(cfg, model_path)
     data = cfg.data
+    tools = run_tools(cfg)  # a bad tool file stops the run here
+    chat = chat_kwargs_with_tools(cfg, tools)
     train_prompts = prompt_set(cfg, tokenizer, files=data.train_files, key="data.train_files",
-                               template=data.template, log=log)
+                               template=data.template, log=log, chat_kwargs=chat)
     val_prompts = prompt_set(cfg, tokenizer, files=data.val_files, key="data.val_files",
-                             template=data.val_template or data.template, log=log)
+                             template=data.val_template or data.template, log=log, chat_kwargs=chat)
     check_image_backend(cfg, train_prompts + val_prompts)  # images: local backend only
     reward = RewardScorer.from_config(cfg)  # a bad custom reward file stops the run here
     # An unknown data_source stops the run here, not at step 1.
@@ -84,6 +88,10 @@ def _assemble(cfg: Config, sizes: DerivedSizes, *, log=print) -> Run:
     rank_spec = RankSpec.of_model(cfg, sizes, model_path, tokenizer, total_steps=total_steps,
                                   with_reference=with_reference)
     roles = build_roles(rank_spec, log=log)
+    if tools is not None:  # every generate call (training and validation) runs the tool loop
+        roles = dataclasses.replace(roles, engine=with_tool_loop(
+            cfg, roles.engine, tokenizer=tokenizer, runner=tools,
+            eos_token_ids=list(rank_spec.eos_token_ids)))
     try:  # the workers hold processes (and devices) until closed
         run_dir = _run_dir(cfg)
         resume_from = checkpoint_to_resume(cfg.trainer, run_dir, log=log)

@@ -5,6 +5,9 @@
   `thinkrl prep builtin --template chat` (`thinkrl.data.prep`).
 - `builtin:tiny-qwen2`: the tiny pretrained Qwen2 model of
   `thinkrl.models.tiny`, written as a Hugging Face folder.
+- `builtin:calc/train`, `builtin:calc/test`, `builtin:tiny-qwen2-calc`: the
+  calculator tool task (`thinkrl.data.calc`) and its tiny model
+  (`thinkrl.models.tiny_calc`).
 
 Each name resolves to an ordinary path under the cache folder
 (`$THINKRL_CACHE`, default `~/.cache/thinkrl`), so everything after this
@@ -36,9 +39,11 @@ def resolve_data_files(spec: str | list[str], *, log=print) -> str | list[str]:
     if not is_builtin(spec):
         return spec
     name = spec[len(PREFIX):]
+    if name in ("calc/train", "calc/test"):
+        return str(calc_parquet(log=log) / f"{name.split('/')[1]}.parquet")
     if name not in ("arith/train", "arith/test"):
-        raise ValueError(f"unknown built-in data set {spec!r}: use builtin:arith/train or "
-                         "builtin:arith/test, or a parquet path")
+        raise ValueError(f"unknown built-in data set {spec!r}: use builtin:arith/train, "
+                         "builtin:arith/test, builtin:calc/train, builtin:calc/test, or a parquet path")
     folder = cache_dir() / "data" / f"arith-{ARITH_TRAIN_SIZE}"
     if not (folder / "test.parquet").exists():
         write_arith_parquet(folder, log=log)
@@ -55,19 +60,42 @@ def write_arith_parquet(folder: Path, *, log=print) -> None:
         f"to {folder}")
 
 
+def calc_parquet(*, log=print) -> Path:
+    """The folder of the calculator task's train.parquet and test.parquet (`thinkrl.data.calc`)."""
+    from thinkrl.data import calc
+    from thinkrl.data.prep.examples import Example, to_verl_rows, write_rows
+
+    folder = cache_dir() / "data" / f"calc-{calc.TRAIN_SIZE}-{calc.DATA_SEED}"
+    if not (folder / "test.parquet").exists():
+        train, test = calc.split_problems(train=calc.TRAIN_SIZE, test=calc.TEST_SIZE)
+        for split, problems in (("train", train), ("test", test)):
+            examples = [Example(question=p.question, ground_truth=str(p.answer),
+                                data_source=calc.DATA_SOURCE, ability="math",
+                                original={"question": p.question, "expression": p.expression})
+                        for p in problems]
+            write_rows(to_verl_rows(examples, split=split, instruction=calc.INSTRUCTION),
+                       folder / f"{split}.parquet")
+        log(f"wrote the built-in calculator task ({len(train)} train / {len(test)} test) to {folder}")
+    return folder
+
+
 def resolve_model_path(path: str, *, log=print) -> str:
-    """Replace `builtin:tiny-qwen2` by its folder, building it the first time."""
+    """Replace `builtin:tiny-qwen2` (or `builtin:tiny-qwen2-calc`) by its folder,
+    building it the first time."""
     if not is_builtin(path):
         return path
     from thinkrl.models.tiny import TinyModelSpec, build_tiny_model
+    from thinkrl.models.tiny_calc import CalcModelSpec, build_calc_model
 
-    if path != PREFIX + "tiny-qwen2":
-        raise ValueError(f"unknown built-in model {path!r}: use builtin:tiny-qwen2, a local "
-                         "Hugging Face folder or a hub model id")
-    spec = TinyModelSpec()
-    folder = cache_dir() / "models" / f"tiny-qwen2-{spec.cache_key()}"
+    builders = {PREFIX + "tiny-qwen2": ("tiny-qwen2", TinyModelSpec(), build_tiny_model),
+                PREFIX + "tiny-qwen2-calc": ("tiny-qwen2-calc", CalcModelSpec(), build_calc_model)}
+    if path not in builders:
+        raise ValueError(f"unknown built-in model {path!r}: use builtin:tiny-qwen2, "
+                         "builtin:tiny-qwen2-calc, a local Hugging Face folder or a hub model id")
+    name, spec, build = builders[path]
+    folder = cache_dir() / "models" / f"{name}-{spec.cache_key()}"
     if not (folder / "config.json").exists():
-        build_tiny_model(folder, spec, log=log)
+        build(folder, spec, log=log)
     elif folder not in _ANNOUNCED:  # the doctor and the run both resolve it: say it once
         log(f"using the cached tiny base model {folder}")
     _ANNOUNCED.add(folder)

@@ -69,11 +69,28 @@ def rollout_metrics(rollouts: Rollouts, *, scores: Tensor, rewards: Tensor,
     groups = rollouts.group_ids.unique()
     flat = sum(bool(scores[rollouts.group_ids == g].std(unbiased=False) == 0) for g in groups)
     metrics["critic/zero_adv_group_ratio"] = flat / len(groups)
+    if rollouts.turns is not None:
+        metrics.update(turn_metrics(rollouts))
     return metrics
 
 
+def turn_metrics(rollouts: Rollouts) -> dict[str, float]:
+    """Multi-turn responses: num_turns (verl's: the prompt's turn, the
+    assistant's and the tools'), tool calls and failed calls per response, tool seconds, and the
+    share of response tokens that the tools wrote (masked out of the loss)."""
+    turns = rollouts.turns
+    tool_tokens = (rollouts.trajectory_mask.sum() - rollouts.response_mask.sum()).item()
+    return {**_stats("num_turns", turns.assistant_turns + turns.tool_turns + 1),
+            **_stats("multi_turn/assistant_turns", turns.assistant_turns),
+            **_stats("multi_turn/tool_calls", turns.tool_calls),
+            "multi_turn/tool_errors": float(turns.tool_errors.sum()),
+            "multi_turn/tool_error_ratio": float(turns.tool_errors.sum() / turns.tool_calls.sum().clamp(min=1)),
+            "multi_turn/tool_seconds": float(turns.tool_seconds.sum()),
+            "multi_turn/tool_token_ratio": tool_tokens / max(1.0, rollouts.trajectory_mask.sum().item())}
+
+
 def throughput_metrics(rollouts: Rollouts, *, step_seconds: float, world_size: int) -> dict:
-    tokens = int(rollouts.prompt_mask.sum() + rollouts.response_mask.sum())
+    tokens = int(rollouts.prompt_mask.sum() + rollouts.trajectory_mask.sum())
     return {"perf/total_num_tokens": tokens,
             "perf/time_per_step": step_seconds,
             "perf/throughput": tokens / max(step_seconds, 1e-9) / world_size}

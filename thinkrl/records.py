@@ -121,6 +121,24 @@ FINISH_STOP = "stop"  # the model wrote EOS
 FINISH_LENGTH = "length"  # hit max_response_length
 
 
+@dataclass(slots=True)
+class TurnStats:
+    """What the turns of multi-turn responses did, per response [N]."""
+
+    assistant_turns: Tensor  # [N] long: turns the model generated
+    tool_turns: Tensor  # [N] long: tool messages put into the response
+    tool_calls: Tensor  # [N] long: tool calls parsed from its turns
+    tool_errors: Tensor  # [N] long: calls that failed (bad call, tool error, time-out)
+    tool_seconds: Tensor  # [N] float: wall time of the response's tool calls
+
+    def select(self, rows: Tensor | slice) -> "TurnStats":
+        return TurnStats(*(getattr(self, name)[rows] for name in self.__slots__))
+
+    @classmethod
+    def concat(cls, parts: list["TurnStats"]) -> "TurnStats":
+        return cls(*(torch.cat([getattr(p, name) for p in parts]) for name in cls.__slots__))
+
+
 Sequences = tuple[Tensor, Tensor, Tensor]
 """Prompt + response as the model reads them (`Rollouts.sequences()`):
 input_ids, attention_mask, position_ids, each [N, P + R]."""
@@ -140,9 +158,20 @@ class Rollouts:
     samples: list[Sample]  # [N] the prompt's row, repeated per response
     model_inputs: ModelInputs | None = None
     """[N] rows: the prompts' images and M-RoPE positions (VL models)."""
+    response_attention: Tensor | None = None
+    """[N, R] 1 for every token of a multi-turn trajectory, the tool turns' too
+    (the model reads them; `response_mask` has 0 there, so no loss or KL
+    falls on them); None: one turn, where it equals `response_mask`."""
+    turns: TurnStats | None = None
+    """Multi-turn responses: turns and tool calls per response; None for one turn."""
 
     def __len__(self) -> int:
         return len(self.samples)
+
+    @property
+    def trajectory_mask(self) -> Tensor:
+        """[N, R] 1 for every token the model reads, sampled or inserted (tool turns)."""
+        return self.response_mask if self.response_attention is None else self.response_attention
 
     @classmethod
     def concat(cls, parts: list["Rollouts"], *, pad_token_id: int) -> "Rollouts":
@@ -168,18 +197,34 @@ class Rollouts:
             samples=[s for p in parts for s in p.samples],
             model_inputs=(ModelInputs.concat([p.model_inputs or ModelInputs.text_only(p.prompt_mask)
                                               for p in parts])
-                          if any(p.model_inputs is not None for p in parts) else None))
+                          if any(p.model_inputs is not None for p in parts) else None),
+            response_attention=(torch.cat([pad(p.trajectory_mask, 0) for p in parts])
+                                if any(p.response_attention is not None for p in parts) else None),
+            turns=(TurnStats.concat([p.turns for p in parts])
+                   if all(p.turns is not None for p in parts) else None))
+
+    def select(self, rows: Tensor) -> "Rollouts":
+        """The responses at `rows` (a LongTensor), widths unchanged."""
+        picks = rows.tolist()
+        return Rollouts(self.prompt_ids[rows], self.prompt_mask[rows], self.response_ids[rows],
+                        self.response_mask[rows], self.rollout_logprobs[rows],
+                        [self.finish_reasons[i] for i in picks], self.group_ids[rows],
+                        [self.samples[i] for i in picks],
+                        None if self.model_inputs is None else self.model_inputs.select(rows),
+                        None if self.response_attention is None else self.response_attention[rows],
+                        None if self.turns is None else self.turns.select(rows))
 
     @property
     def response_lengths(self) -> Tensor:  # [N]
-        return self.response_mask.sum(-1)
+        """Tokens of each response, tool turns included (where the trajectory ends)."""
+        return self.trajectory_mask.sum(-1)
 
     def sequences(self) -> Sequences:
         """(input_ids, attention_mask, position_ids), each [N, P + R]; with
         images, position_ids are M-RoPE's [N, 3, P + R] (rows first, so that
         selecting rows works alike for both)."""
         input_ids = torch.cat([self.prompt_ids, self.response_ids], dim=1)
-        attention_mask = torch.cat([self.prompt_mask, self.response_mask], dim=1)
+        attention_mask = torch.cat([self.prompt_mask, self.trajectory_mask], dim=1)
         if self.model_inputs is not None:
             return input_ids, attention_mask, self.model_inputs.sequence_positions(
                 self.response_ids.shape[1])

@@ -287,7 +287,7 @@ def remax_outcome_advantage(token_level_rewards: Tensor, response_mask: Tensor, 
     """
     mask = response_mask.float()
     returns = (token_level_rewards.float() * mask).flip(-1).cumsum(-1).flip(-1)
-    return returns - reward_baselines.float().unsqueeze(-1) * mask
+    return (returns - reward_baselines.float().unsqueeze(-1)) * mask  # 0 at a gap, too
 
 
 ADVANTAGE_ESTIMATORS: dict[str, Callable[..., Tensor | AdvantageResult]] = {

@@ -20,6 +20,7 @@ from thinkrl.config.choices import (ADV_ESTIMATORS, KL_ESTIMATORS, LOSS_AGG_MODE
 from thinkrl.config.async_checks import async_problems
 from thinkrl.config.critic_checks import critic_problems
 from thinkrl.config.keys import ARR, shown, value_at
+from thinkrl.config.multi_turn_checks import multi_turn_problems
 from thinkrl.config.schema import Config
 from thinkrl.config.sizes import DerivedSizes, derive_sizes, micro_size
 from thinkrl.config.verifier_checks import reward_verifier_problems
@@ -179,6 +180,7 @@ def _check_combinations(cfg: Config, bad: Callable[[str, str], None], problems: 
     _check_algorithm(cfg, bad)
     problems.extend(critic_problems(cfg))
     problems.extend(async_problems(cfg, execution_backend(cfg)))
+    problems.extend(multi_turn_problems(cfg))
     pixels = (cfg.data.min_pixels, cfg.data.max_pixels)
     if any(p is not None and p < 28 * 28 for p in pixels):  # one merged patch of 28 x 28
         bad("data.min_pixels" if pixels[0] is not None and pixels[0] < 784 else "data.max_pixels",

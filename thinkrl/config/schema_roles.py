@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from thinkrl.config.schema_multi_turn import MultiTurnConfig
+
 
 @dataclass
 class OptimConfig:
@@ -296,6 +298,8 @@ class RolloutConfig:
     (``async_training.mode`` other than off; verl's async recipes)."""
     n_gpus_per_node: int = 1
     """Devices per node of the rollout side (async modes): rollout processes."""
+    multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
+    """Tool-using rollouts over several turns."""
 
 
 @dataclass

@@ -113,10 +113,20 @@ def pretrain(model, tokenizer, pairs: list[tuple[str, str]], spec: TinyModelSpec
     """Next-token training on the answers of (question, answer) pairs; the
     question tokens are context only, since predicting the random names and
     numbers of a story teaches nothing. Returns the final smoothed loss."""
+    encoded = []
+    for question, answer in pairs:
+        ids, answer_start = _encode_pair(tokenizer, question, answer)
+        encoded.append((ids, [0] * answer_start + [1] * (len(ids) - answer_start)))
+    return train_on(model, encoded, spec, pad_token_id=tokenizer.pad_token_id, log=log)
+
+
+def train_on(model, encoded: list[tuple[list[int], list[int]]], spec: TinyModelSpec, *,
+             pad_token_id: int, log=print) -> float:
+    """Next-token training on sequences (ids, loss mask): the tokens with mask
+    1 are predicted, the others are context only. Returns the final smoothed loss."""
     torch.manual_seed(spec.seed)
     rng = random.Random(spec.seed)
-    encoded = [_encode_pair(tokenizer, q, a) for q, a in pairs]
-    pad = tokenizer.pad_token_id
+    pad = pad_token_id
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=0.01,
                                   betas=(0.9, 0.98))
     warmup = max(1, spec.pretrain_steps // 20)
@@ -137,10 +147,11 @@ def pretrain(model, tokenizer, pairs: list[tuple[str, str]], spec: TinyModelSpec
         input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
         mask = torch.zeros((len(batch), width), dtype=torch.long)
         labels = torch.full((len(batch), width), -100, dtype=torch.long)
-        for row, (ids, answer_start) in enumerate(batch):
+        for row, (ids, trained) in enumerate(batch):
             input_ids[row, :len(ids)] = torch.tensor(ids)
             mask[row, :len(ids)] = 1
-            labels[row, answer_start:len(ids)] = input_ids[row, answer_start:len(ids)]
+            keep = torch.tensor(trained, dtype=torch.bool)
+            labels[row, :len(ids)] = torch.where(keep, input_ids[row, :len(ids)], -100)
         loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

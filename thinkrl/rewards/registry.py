@@ -30,6 +30,7 @@ Scorer = Callable[[str, str, dict | None], "float | dict[str, float]"]
 DATA_SOURCES: dict[str, str] = {
     "openai/gsm8k": "gsm8k",
     "thinkrl/arith": "gsm8k",
+    "thinkrl/calc": "gsm8k",
     "lighteval/MATH": "math",
     "DigitalLearningGmbH/MATH-lighteval": "math",
     "HuggingFaceH4/MATH-500": "math",

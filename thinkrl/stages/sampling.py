@@ -29,7 +29,7 @@ from thinkrl.algos.dapo import mixed_groups, overlong_penalty
 from thinkrl.config import Config
 from thinkrl.data.dataset import PromptLoader
 from thinkrl.metrics import StageTimer
-from thinkrl.records import ModelInputs, PromptBatch, Rollouts
+from thinkrl.records import ModelInputs, PromptBatch, Rollouts, TurnStats
 from thinkrl.reward_watch import FailureBreaker
 from thinkrl.rewards.scorer import RewardScorer, ScoreResult
 from thinkrl.rewards.scoring import decode_responses
@@ -210,11 +210,7 @@ def greedy_baseline(draw: Draw, prompts: PromptBatch) -> Tensor:
 
 
 def _select(part: ScoredRollouts, rows: Tensor) -> ScoredRollouts:
-    r, s, picks = part.rollouts, part.scored, rows.tolist()
-    rollouts = Rollouts(r.prompt_ids[rows], r.prompt_mask[rows], r.response_ids[rows], r.response_mask[rows],
-                        r.rollout_logprobs[rows], [r.finish_reasons[i] for i in picks], r.group_ids[rows],
-                        [r.samples[i] for i in picks],
-                        None if r.model_inputs is None else r.model_inputs.select(rows))
+    rollouts, s, picks = part.rollouts.select(rows), part.scored, rows.tolist()
     scored = ScoreResult(s.scores[rows], s.errors, s.timeouts, [s.parts[i] for i in picks] if s.parts else [],
                          s.unscored)
     baselines = None if part.reward_baselines is None else part.reward_baselines[rows]
@@ -236,7 +232,7 @@ def _concat(parts: list[ScoredRollouts], *, pad_token_id: int) -> ScoredRollouts
     responses on the right, group ids renumbered so groups of different batches differ."""
     width_p = max(p.rollouts.prompt_ids.shape[1] for p in parts)
     width_r = max(p.rollouts.response_ids.shape[1] for p in parts)
-    fields: dict[str, list[Tensor]] = {k: [] for k in ("pi", "pm", "ri", "rm", "lp", "g")}
+    fields: dict[str, list[Tensor]] = {k: [] for k in ("pi", "pm", "ri", "rm", "lp", "g", "ra")}
     offset = 0
     for p in parts:
         r = p.rollouts
@@ -245,6 +241,7 @@ def _concat(parts: list[ScoredRollouts], *, pad_token_id: int) -> ScoredRollouts
         fields["ri"].append(_pad(r.response_ids, width_r, pad_token_id, left=False))
         fields["rm"].append(_pad(r.response_mask, width_r, 0, left=False))
         fields["lp"].append(_pad(r.rollout_logprobs, width_r, 0.0, left=False))
+        fields["ra"].append(_pad(r.trajectory_mask, width_r, 0, left=False))
         _, index = torch.unique(r.group_ids, return_inverse=True)
         fields["g"].append(index + offset)
         offset += int(index.max().item()) + 1 if index.numel() else 0
@@ -253,7 +250,11 @@ def _concat(parts: list[ScoredRollouts], *, pad_token_id: int) -> ScoredRollouts
                         torch.cat(fields["rm"]), torch.cat(fields["lp"]),
                         [f for p in parts for f in p.rollouts.finish_reasons], group_ids,
                         [s for p in parts for s in p.rollouts.samples],
-                        _concat_images([p.rollouts for p in parts], width_p))
+                        _concat_images([p.rollouts for p in parts], width_p),
+                        (torch.cat(fields["ra"]) if any(p.rollouts.response_attention is not None
+                                                        for p in parts) else None),
+                        (TurnStats.concat([p.rollouts.turns for p in parts])
+                         if all(p.rollouts.turns is not None for p in parts) else None))
     scored = ScoreResult(torch.cat([p.scored.scores for p in parts]),
                          sum(p.scored.errors for p in parts), sum(p.scored.timeouts for p in parts),
                          [x for p in parts for x in p.scored.parts], sum(p.scored.unscored for p in parts))

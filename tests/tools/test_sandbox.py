@@ -1,0 +1,74 @@
+"""The Python sandbox: hostile code becomes an error line for the model, the
+call returns within its deadline, and nothing is left behind (no scratch
+folder, no process)."""
+
+from __future__ import annotations
+
+import glob
+import os
+import tempfile
+import time
+
+import pytest
+
+from thinkrl.tools.sandbox import PythonTool, SandboxLimits, run_python
+
+LIMITS = SandboxLimits(wall_s=3.0, cpu_s=2, memory_mb=256)
+
+
+def _leftovers() -> set[str]:
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "thinkrl-sandbox-*")))
+
+
+def _our_children() -> set[int]:
+    found = set()
+    for task in os.listdir(f"/proc/{os.getpid()}/task"):
+        with open(f"/proc/{os.getpid()}/task/{task}/children") as f:
+            found |= {int(c) for c in f.read().split()}
+    return found
+
+
+def test_code_runs_and_prints():
+    result = run_python("import math\nprint(math.factorial(20))\nopen('x.txt', 'w').write('ok')\n"
+                        "print(open('x.txt').read())", LIMITS)
+    assert result.error is None and result.text() == "2432902008176640000\nok\n"
+
+
+@pytest.mark.parametrize("code, expected", [
+    ("while True:\n    pass", "CPU time"),
+    ("import os\nwhile True:\n    os.fork()", "does not allow os.fork"),
+    ("import subprocess\nsubprocess.run(['sh', '-c', 'echo hi'])", "does not allow subprocess.Popen"),
+    ("x = bytearray(10 * 2 ** 30)", "MemoryError"),
+    ("print(open('/etc/passwd').read())", "scratch folder only, not '/etc/passwd'"),
+    ("import os\nprint(os.listdir('/'))", "scratch folder only"),
+    ("open('../escape.txt', 'w').write('x')", "scratch folder only"),
+    ("import socket\nsocket.create_connection(('127.0.0.1', 80))", "does not allow socket"),
+    ("import ctypes\nctypes.CDLL(None).fork()", "does not allow ctypes"),
+    ("1 / 0", "ZeroDivisionError"),
+])
+def test_hostile_code_is_an_error_for_the_model_and_leaves_nothing(code, expected):
+    before, children = _leftovers(), _our_children()
+    start = time.monotonic()
+    result = run_python(code, LIMITS)
+    assert time.monotonic() - start < LIMITS.wall_s + 2
+    assert result.error is not None and expected in result.text(), result.text()
+    assert result.text().startswith("error:") or "\nerror:" in result.text()
+    assert _leftovers() <= before
+    assert _our_children() <= children
+
+
+def test_a_sleep_past_the_wall_clock_is_stopped():
+    result = run_python("import time\ntime.sleep(60)", SandboxLimits(wall_s=1.0))
+    assert result.error == "the code ran longer than 1 s and was stopped"
+    assert result.seconds < 3
+
+
+def test_output_is_cut_to_the_limit():
+    result = run_python("print('x' * 100000)", SandboxLimits(output_chars=50))
+    assert result.error is None and result.output == "x" * 50 + "...(truncated)"
+
+
+def test_the_tool_takes_limits_from_its_config():
+    tool = PythonTool(config={"type": "native", "wall_s": 2.0, "memory_mb": 128})
+    assert tool.limits.memory_mb == 128 and tool.name == "python"
+    assert tool.execute({"code": "print(6 * 7)"}) == "42\n"
