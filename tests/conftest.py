@@ -49,6 +49,20 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def calc_model_dir(tmp_path_factory) -> Path:
+    """A small model of the calculator task that always calls the calculator
+    first (tool_rate 1): it writes real tool calls and stops at uneven lengths."""
+    from thinkrl.models.tiny_calc import CalcModelSpec, build_calc_model
+
+    spec = CalcModelSpec(hidden_size=64, intermediate_size=128, num_layers=2, pretrain_problems=300,
+                         pretrain_steps=200, batch_size=16, tool_rate=1.0)
+    torch_threads = torch.get_num_threads()
+    out = build_calc_model(tmp_path_factory.mktemp("models") / "calc", spec, log=lambda *_: None)
+    torch.set_num_threads(torch_threads)
+    return out
+
+
 @pytest.fixture
 def tiny_run(asset_cache, tiny_model_dir, tmp_path):
     """Overrides that point the tiny recipe at the test model and a temp run dir."""

@@ -134,6 +134,7 @@ def run_eval(cfg, *, log=print):
     from thinkrl.preflight import check_model
     from thinkrl.rollout.vllm_engine import engine_parallel_problem
     from thinkrl.rewards.scorer import RewardScorer
+    from thinkrl.tools.setup import chat_kwargs_with_tools, run_tools, with_tool_loop
     from thinkrl.workers.group import LocalGroup
     from thinkrl.workers.handles import EngineHandle
     from thinkrl.workers.policy_rank import RankSpec
@@ -146,12 +147,16 @@ def run_eval(cfg, *, log=print):
     if problem is not None:
         raise SetupError(*problem)
     tokenizer = run_tokenizer(cfg, model_path)
-    prompts = eval_prompts(cfg, tokenizer, model_path, log=log)
+    tools = run_tools(cfg)  # rollout.multi_turn: the tool loop, as training runs it
+    prompts = eval_prompts(cfg, tokenizer, model_path, log=log, chat_kwargs=chat_kwargs_with_tools(cfg, tools))
     reward = RewardScorer.from_config(cfg)
     reward.check_sources(p.sample.data_source for p in prompts)  # before any generation
     sizes = eval_sizes(cfg, model_path, longest=max(len(p.ids) for p in prompts), log=log)
     group = LocalGroup(RankSpec.of_model(cfg, sizes, model_path, tokenizer, total_steps=1))
     engine = EngineHandle(group, own_weights=cfg.actor_rollout_ref.rollout.name != "native")
+    if tools is not None:
+        engine = with_tool_loop(cfg, engine, tokenizer=tokenizer, runner=tools,
+                                eos_token_ids=list(group.rank.spec.eos_token_ids))
     sampling = validation_sampling(cfg, max_tokens=sizes.response_length)
     batch_size = val_batch_size(cfg, len(prompts))
     log(f"evaluating {len(prompts)} prompts x {sampling.n} responses "
@@ -169,13 +174,14 @@ def run_eval(cfg, *, log=print):
                                  device=group.rank.device)
 
 
-def eval_prompts(cfg, tokenizer, model_path: str, *, log=print):
+def eval_prompts(cfg, tokenizer, model_path: str, *, log=print, chat_kwargs: dict | None = None):
     """data.val_files under data.val_template (or data.template), as training loads them."""
     from thinkrl.assets import prompt_set
 
     data = cfg.data
     return prompt_set(cfg, tokenizer, files=data.val_files, key="--data (data.val_files)",
-                      template=data.val_template or data.template, log=log, model_path=model_path)
+                      template=data.val_template or data.template, log=log, model_path=model_path,
+                      chat_kwargs=chat_kwargs)
 
 
 def eval_sizes(cfg, model_path: str, *, longest: int, log=print):

@@ -35,7 +35,7 @@ def inactive_settings(cfg: Config) -> list[str]:
     """
     default = Config()
     notes: list[str] = []
-    for family in (_engine_notes, _async_notes, _backend_notes, _model_and_data_notes, _critic_notes,
+    for family in (_engine_notes, _multi_turn_notes, _async_notes, _backend_notes, _model_and_data_notes, _critic_notes,
                    _algorithm_notes, _loss_notes, _optim_notes):
         for keys, why in family(cfg):
             notes.extend(f"{key}={shown(value_at(cfg, key))} has no effect: {why}" for key in keys
@@ -51,6 +51,16 @@ def _engine_notes(cfg: Config) -> Notes:
         "engine_kwargs", "tensor_model_parallel_size", "pipeline_model_parallel_size", "max_num_batched_tokens",
         "max_model_len", "max_num_seqs", "load_format", "disable_log_stats", "dtype",
     )), "it configures vLLM/SGLang and rollout.name=native")]
+
+
+def _multi_turn_notes(cfg: Config) -> Notes:
+    if cfg.actor_rollout_ref.rollout.multi_turn.enable:
+        return []
+    keys = ("max_assistant_turns", "max_user_turns", "tool_config_path", "max_parallel_calls",
+            "max_tool_response_length", "tool_response_truncate_side", "format", "tool_concurrency",
+            "tool_timeout_s")
+    return [(tuple(f"{_ROLLOUT}.multi_turn.{k}" for k in keys),
+             f"it configures the tool loop and {_ROLLOUT}.multi_turn.enable=False")]
 
 
 def _async_notes(cfg: Config) -> Notes:
