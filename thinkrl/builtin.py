@@ -65,7 +65,7 @@ def calc_parquet(*, log=print) -> Path:
     from thinkrl.data import calc
     from thinkrl.data.prep.examples import Example, to_verl_rows, write_rows
 
-    folder = cache_dir() / "data" / f"calc-{calc.TRAIN_SIZE}-{calc.DATA_SEED}"
+    folder = cache_dir() / "data" / f"calc-{calc.TRAIN_SIZE}-{calc.DATA_SEED}-v2"
     if not (folder / "test.parquet").exists():
         train, test = calc.split_problems(train=calc.TRAIN_SIZE, test=calc.TEST_SIZE)
         for split, problems in (("train", train), ("test", test)):
@@ -73,7 +73,7 @@ def calc_parquet(*, log=print) -> Path:
                                 data_source=calc.DATA_SOURCE, ability="math",
                                 original={"question": p.question, "expression": p.expression})
                         for p in problems]
-            write_rows(to_verl_rows(examples, split=split, instruction=calc.INSTRUCTION),
+            write_rows(to_verl_rows(examples, split=split, instruction=None),
                        folder / f"{split}.parquet")
         log(f"wrote the built-in calculator task ({len(train)} train / {len(test)} test) to {folder}")
     return folder

@@ -42,3 +42,16 @@ def test_a_bad_tool_file_stops_the_build_before_any_model_loads(asset_cache, tin
                                f"{MT}.tool_config_path={bad}"])
     with pytest.raises(ValueError, match=r"tools\[0\]: cannot import my_tools.Missing"):
         build_run(cfg, log=lambda *_: None)
+
+
+def test_the_doctor_loads_the_tool_file(tmp_path):
+    from thinkrl.doctor import DoctorContext, run_check
+    from thinkrl.doctor.data import check_tools
+
+    good = run_check(check_tools, DoctorContext(load_config("calculator", [])))
+    assert [(r.status, r.found) for r in good] == [("ok", "tool loop on: calculator")], good
+    bad = tmp_path / "tools.yaml"
+    bad.write_text("tools: []\n")
+    (result,) = run_check(check_tools, DoctorContext(load_config("calculator", [f"{MT}.tool_config_path={bad}"])))
+    assert result.status == "fail" and "non-empty `tools:` list" in result.found + result.fix
+    assert run_check(check_tools, DoctorContext(load_config("tiny", []))) == []

@@ -113,6 +113,7 @@ def test_a_tool_message_that_does_not_fit_ends_the_response_before_it(tokenizer)
     assert out.finish_reasons == [FINISH_LENGTH]
     assert out.response_mask.sum().item() == first_len == out.response_attention.sum().item()
     assert out.turns.tool_calls.tolist() == [1] and out.turns.assistant_turns.tolist() == [1]
+    assert out.turns.tool_turns.tolist() == [0]  # the dropped tool message is not a turn
 
 
 def test_a_turn_is_cut_at_the_responses_remaining_length(tokenizer):
@@ -145,3 +146,21 @@ def test_a_malformed_call_is_answered_with_its_error(tokenizer):
     out = rollout.generate(prompts(tokenizer), SamplingParams(n=1, max_tokens=200))
     assert out.turns.tool_errors.tolist() == [1]
     assert "error: the tool call is not valid JSON" in tokenizer.decode(engine.contexts[-1])
+
+
+def test_qwen25_tool_turns_are_its_templates_user_turn_with_tool_responses():
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    from thinkrl.tools.calculator import SCHEMA
+
+    folder = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "tokenizers" / "qwen2.5"
+    if not (folder / "vocab.json").is_file():
+        pytest.skip("../shared/data (the Qwen2.5 tokenizer) is absent")
+    qwen = AutoTokenizer.from_pretrained(folder)
+    turns = ToolTurnTokens(qwen, end_of_turn_ids=[qwen.convert_tokens_to_ids("<|im_end|>")],
+                           chat_kwargs={"tools": [SCHEMA]})
+    assert qwen.decode(list(turns.ids(("42", "error: x")))) == (
+        "\n<|im_start|>user\n<tool_response>\n42\n</tool_response>\n<tool_response>\nerror: x\n"
+        "</tool_response><|im_end|>\n<|im_start|>assistant\n")

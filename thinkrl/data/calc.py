@@ -5,10 +5,10 @@ one's head, and a calculator tool (`thinkrl train --config calculator`).
 does Ava have now?" The tiny model cannot add four-digit numbers reliably,
 but it can copy them into a call and copy the calculator's answer back.
 
-Its pretraining corpus (`pretraining_dialogues`) mixes two habits: most
+Its pretraining corpus (`pretraining_dialogues`) mixes two habits: half the
 answers do the sum in the head (written correctly, so the model learns the
-format, but it cannot reproduce the arithmetic on new numbers), and a share
-call the calculator first. RL has to find out that the call pays.
+format, but it cannot reproduce the arithmetic on new numbers), half call
+the calculator first. RL has to find out that the call pays.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from thinkrl.data.synthetic import _GAIN, _ITEMS, _LOSS, _NAMES, INSTRUCTION
+from thinkrl.data.synthetic import _GAIN, _ITEMS, _LOSS, _NAMES
 from thinkrl.tools.calls import hermes_call
 
 DATA_SOURCE = "thinkrl/calc"
@@ -75,7 +75,9 @@ def split_problems(*, train: int, test: int, seed: int = DATA_SEED) -> tuple[lis
 
 
 def prompt_text(problem: CalcProblem) -> str:
-    return f"{problem.question} {INSTRUCTION}"
+    """The user turn: the question alone (the answer format is the model's
+    habit from pretraining, and a shorter prompt keeps the tiny model's steps short)."""
+    return problem.question
 
 
 def pretraining_dialogues(problems: list[CalcProblem], *, tool_rate: float, seed: int

@@ -228,4 +228,20 @@ def _length_row(ctx: DoctorContext, key: str) -> CheckResult:
 check_template = _each_key("data/template", _template_row)
 check_prompt_length = _each_key("data/prompt-length", _length_row)
 
-CHECKS = [check_files, check_schema, check_reward, check_template, check_prompt_length]
+def check_tools(ctx: DoctorContext) -> CheckResult | list[CheckResult]:
+    """rollout.multi_turn: the tool file loads and every tool is built, as the
+    trainer does at start; nothing to check with the tool loop off."""
+    from thinkrl.tools.setup import run_tools
+
+    if not ctx.cfg.actor_rollout_ref.rollout.multi_turn.enable:
+        return []
+    try:
+        runner = run_tools(ctx.cfg)
+    except ValueError as err:
+        found, _, fix = str(err).partition(": ")
+        return fail("data/tools", found, fix or str(err))
+    names = ", ".join(runner.tools) or "no tools (the model's calls are answered with an error)"
+    return ok("data/tools", f"tool loop on: {names}")
+
+
+CHECKS = [check_files, check_schema, check_reward, check_tools, check_template, check_prompt_length]

@@ -204,6 +204,12 @@ def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec = TinyModelSpec(),
         log(f"building the tiny base model ({n_params / 1e6:.2f}M parameters, Qwen2 "
             f"architecture) in {out_dir}")
         pretrain(model, tokenizer, pairs, spec, log=log)
+    return save_folder(model, tokenizer, out_dir)
+
+
+def save_folder(model, tokenizer, out_dir: Path) -> Path:
+    """A Hugging Face folder at `out_dir`, written beside it and renamed:
+    only a complete folder ever carries the final name."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
@@ -212,5 +218,5 @@ def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec = TinyModelSpec(),
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     shutil.rmtree(out_dir, ignore_errors=True)
-    tmp.rename(out_dir)  # only a complete folder ever carries the final name
+    tmp.rename(out_dir)
     return out_dir

@@ -7,24 +7,22 @@ rollout time, so pretraining and RL see the same token layout."""
 
 from __future__ import annotations
 
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from thinkrl.data import calc
-from thinkrl.models.tiny import TinyModelSpec, _make_model, build_tokenizer, train_on
+from thinkrl.models.tiny import TinyModelSpec, _make_model, build_tokenizer, save_folder, train_on
 from thinkrl.rollout.tool_turns import ToolTurnTokens
 
 
 @dataclass(frozen=True)
 class CalcModelSpec(TinyModelSpec):
     task: str = "calc"
-    tool_rate: float = 0.3
+    tool_rate: float = 0.5
     """Share of pretraining answers that call the calculator."""
-    pretrain_steps: int = 1200
+    pretrain_steps: int = 1500
     build_version: int = 1
 
 
@@ -63,13 +61,4 @@ def build_calc_model(out_dir: str | Path, spec: CalcModelSpec = CalcModelSpec(),
         log(f"building the tiny calculator model ({n_params / 1e6:.2f}M parameters, Qwen2 "
             f"architecture) in {out_dir}")
         train_on(model, encoded, spec, pad_token_id=tokenizer.pad_token_id, log=log)
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    tmp = out_dir.with_name(f"{out_dir.name}.tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    shutil.rmtree(out_dir, ignore_errors=True)
-    tmp.rename(out_dir)
-    return out_dir
+    return save_folder(model, tokenizer, out_dir)

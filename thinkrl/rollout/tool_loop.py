@@ -163,11 +163,11 @@ class ToolRollout:
         for i in live:
             row = rows[i]
             ids = list(self.turn_tokens.ids(tuple(answers[i])))
-            row.tool_turns += 1
             if len(row.ids) + len(ids) >= max_tokens:  # verl: the response ends before it
                 row.finish = FINISH_LENGTH
                 continue
             row.add(ids, None)
+            row.tool_turns += 1
             going_on.append(i)
         return going_on
 

@@ -154,7 +154,10 @@ class ToolRunner:
     """Runs the calls of a batch, at most `concurrency` at once, each within
     `timeout_s`; a call that raises, hangs or names no known tool is answered
     with an error line. A hung call's thread is left behind (Python cannot
-    stop it) and no longer counts against the bound."""
+    stop it) and no longer counts against the bound, so a tool's own deadline
+    (the sandbox's wall_s) should be shorter than `timeout_s`. Whether a call
+    near the deadline makes it is a matter of timing: a seeded run repeats
+    exactly only when no call comes close to it."""
 
     def __init__(self, tools: list[Tool], *, concurrency: int, timeout_s: float) -> None:
         self.tools = {t.name: t for t in tools}
@@ -175,7 +178,7 @@ class ToolRunner:
             deadline = time.monotonic() + self.timeout_s
             for i, thread in threads.items():
                 thread.join(max(0.0, deadline - time.monotonic()))
-                outcomes[i] = thread.outcome or ToolOutcome(
+                outcomes[i] = thread.outcome_or_abandon() or ToolOutcome(
                     f"error: the tool {calls[i].name!r} did not answer within {self.timeout_s:g} s",
                     True, self.timeout_s)
         return outcomes  # type: ignore[return-value]
@@ -197,9 +200,23 @@ class ToolRunner:
 
 
 class _CallThread(threading.Thread):
+    """One call; its answer counts only if it came before the runner gave up on it."""
+
     def __init__(self, answer, call: ToolCall) -> None:
         super().__init__(daemon=True, name=f"tool-{call.name}")
-        self.answer, self.call, self.outcome = answer, call, None
+        self.answer, self.call = answer, call
+        self._outcome: ToolOutcome | None = None
+        self._abandoned = False
+        self._lock = threading.Lock()
 
     def run(self) -> None:
-        self.outcome = self.answer(self.call)
+        outcome = self.answer(self.call)
+        with self._lock:
+            if not self._abandoned:
+                self._outcome = outcome
+
+    def outcome_or_abandon(self) -> ToolOutcome | None:
+        """The answer, or None (and a late answer is then dropped)."""
+        with self._lock:
+            self._abandoned = self._outcome is None
+            return self._outcome
