@@ -36,6 +36,8 @@ def multi_turn_problems(cfg: Config) -> list[str]:
     if mt.interaction_config_path is not None:
         bad("interaction_config_path", mt.interaction_config_path,
             "simulated-user interactions are not supported: leave it null")
+    # The rollout process neither runs the loop nor keeps response_attention
+    # and turns in its queue records (async_rollout/sampler.py, server.py).
     if mt.enable and cfg.async_training.mode != "off":
         problems.append(f"  - async_training.mode={cfg.async_training.mode}: the rollout process "
                         f"does not run the tool loop yet: set async_training.mode=off, or "
