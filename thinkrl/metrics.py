@@ -77,7 +77,8 @@ def rollout_metrics(rollouts: Rollouts, *, scores: Tensor, rewards: Tensor,
 def turn_metrics(rollouts: Rollouts) -> dict[str, float]:
     """Multi-turn responses: num_turns (verl's: the prompt's turn, the
     assistant's and the tools'), tool calls and failed calls per response, tool seconds, and the
-    share of response tokens that the tools wrote (masked out of the loss)."""
+    share of response tokens that the tools wrote (masked out of the loss); timing_s/tool_calls, the
+    seconds of every call summed (they overlap: not wall time)."""
     turns = rollouts.turns
     tool_tokens = (rollouts.trajectory_mask.sum() - rollouts.response_mask.sum()).item()
     return {**_stats("num_turns", turns.assistant_turns + turns.tool_turns + 1),
@@ -85,7 +86,7 @@ def turn_metrics(rollouts: Rollouts) -> dict[str, float]:
             **_stats("multi_turn/tool_calls", turns.tool_calls),
             "multi_turn/tool_errors": float(turns.tool_errors.sum()),
             "multi_turn/tool_error_ratio": float(turns.tool_errors.sum() / turns.tool_calls.sum().clamp(min=1)),
-            "multi_turn/tool_seconds": float(turns.tool_seconds.sum()),
+            "timing_s/tool_calls": float(turns.tool_seconds.sum()),  # summed: calls overlap
             "multi_turn/tool_token_ratio": tool_tokens / max(1.0, rollouts.trajectory_mask.sum().item())}
 
 

@@ -32,8 +32,7 @@ def argv(model_dir: Path, run_dir: Path, *extra: str) -> list[str]:
 
 def records(run_dir: Path) -> list[dict]:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if not k.startswith(("timing_s/", "perf/"))
-             and k != "multi_turn/tool_seconds"} for r in rows]
+    return [{k: v for k, v in r.items() if not k.startswith(("timing_s/", "perf/"))} for r in rows]
 
 
 def test_seeded_multi_turn_run_repeats_and_resumes_exactly_after_kill_9(asset_cache, calc_model_dir, tmp_path):
