@@ -64,6 +64,11 @@ def check_model(cfg: Config, model_path: str) -> None:
     vision = is_vision_model(model_path)  # an unsupported VL model type is refused here, by name
     if vision and cfg.actor_rollout_ref.rollout.name == "vllm":
         check_vllm_vision_usable()
+    if vision and model.lora_rank > 0:
+        raise SetupError(f"actor_rollout_ref.model.lora_rank={model.lora_rank} with the vision-language "
+                         f"model {model_path}: LoRA is implemented for text decoders only",
+                         "train every weight (lora_rank=0, model.freeze_vision_tower=True keeps the "
+                         "vision tower fixed) or use a text model")
     try:
         config = AutoConfig.from_pretrained(model_path, trust_remote_code=model.trust_remote_code,
                                             **model.override_config)

@@ -126,7 +126,7 @@ def test_one_error_lists_every_problem() -> None:
         f"{ARR}.actor.clip_ratio_c=0.5",
         f"{ARR}.rollout.top_p=0",
         f"{ARR}.rollout.top_k=0",
-        f"{ARR}.model.lora_rank=8",
+        f"{ARR}.model.lora_rank=-8",
         f"{ARR}.actor.use_kl_loss=True",
         "algorithm.use_kl_in_reward=True",
         f"{ARR}.actor.ulysses_sequence_parallel_size=2",
@@ -138,7 +138,7 @@ def test_one_error_lists_every_problem() -> None:
     for expected in [
         "data.train_batch_size=10", "loss_agg_mode=mean: use one of: token-mean", "kl_loss_type=k9",
         "adv_estimator=ppo: use one of: grpo, rloo", "clip_ratio_c=0.5", "top_p=0.0", "top_k=0",
-        "LoRA is not implemented yet; remove actor_rollout_ref.model.lora_rank", "counts the KL twice",
+        "lora_rank=-8: must be 0 (train every weight) or a rank >= 1", "counts the KL twice",
         "ulysses_sequence_parallel_size=2", "trainer.device=tpu",
         "trainer.backend=slurm", "data.truncation=cut",
     ]:

@@ -58,6 +58,20 @@ def test_a_critic_adds_its_weights_adamw_and_update_by_hand():
     assert "critic" in memory.FIXES and "critic update" in memory.FIXES
 
 
+def test_lora_trains_the_adapter_only_and_needs_no_reference_copy_by_hand():
+    # r = 8 on all seven projections of each of the 2 layers: h = 64, 4 heads of 16,
+    # 2 kv heads (32 wide), intermediate 128:
+    # q (64+64) + k (64+32) + v (64+32) + o (64+64) + gate, up (64+128) x 2 + down (128+64)
+    # = 128 + 96 + 96 + 128 + 384 + 192 = 1024 per rank unit, x 8 x 2 layers = 16384
+    e = estimate_memory(_ctx("actor_rollout_ref.model.lora_rank=8"))
+    P, T = 100_000, 16_384
+    assert (e.weights, e.gradients, e.optimizer, e.reference) == (4 * (P + T), 4 * T, 8 * T, 0)
+    # only q and v: (128 + 96) x 8 x 2 = 3584
+    e = estimate_memory(_ctx("actor_rollout_ref.model.lora_rank=8",
+                             "actor_rollout_ref.model.target_modules=[q_proj,v_proj]"))
+    assert (e.gradients, e.optimizer) == (4 * 3584, 8 * 3584)
+
+
 def test_checkpointing_and_accelerators_shrink_activations():
     plain = estimate_memory(_ctx()).activations
     assert estimate_memory(_ctx("actor_rollout_ref.model.enable_gradient_checkpointing=True")).activations < plain

@@ -9,6 +9,10 @@ tokenizer, which is saved into each checkpoint so that any one of them can be
 copied away and exported on its own). Export checks that the checkpoint is
 complete and copies that folder's files; nothing is converted, so the
 exported model gives the trained actor's log-probs bit for bit.
+
+A LoRA checkpoint's actor is PEFT's adapter folder: exported as it is, or
+with `merge` as the base model with the adapter merged in (a plain Hugging
+Face folder; the base folder is only read).
 """
 
 from __future__ import annotations
@@ -17,23 +21,31 @@ import os
 import shutil
 from pathlib import Path
 
+from thinkrl.checkpoint.adapter import is_adapter_checkpoint, write_merged_model
 from thinkrl.checkpoint.sharded import is_sharded_checkpoint, write_whole_weights
 from thinkrl.checkpoint.hf_weights import weight_files
 from thinkrl.checkpoint.sharded import ACTOR_DIR
 from thinkrl.checkpoint.store import fsync_dir, fsync_file, resolve_checkpoint
 
 
-def export_checkpoint(checkpoint: str | Path, out: str | Path, *, log=print) -> Path:
+def export_checkpoint(checkpoint: str | Path, out: str | Path, *, merge: bool = False,
+                      base: str | None = None, log=print) -> Path:
     """Write the actor of `checkpoint` (a global_step_N folder, or a run
     directory: its latest) as a Hugging Face folder `out`, which must not
-    exist or be empty. Returns `out`."""
+    exist or be empty. A LoRA checkpoint gives its adapter folder, or with
+    `merge` the merged model (`base` overrides the adapter's recorded base
+    model). Returns `out`."""
     folder = resolve_checkpoint(checkpoint, log=log)
     source = folder / ACTOR_DIR
-    if not (source / "config.json").is_file():
+    adapter = is_adapter_checkpoint(folder)
+    if (merge or base) and not adapter:
+        raise ValueError(f"{folder} holds a fully trained model, not a LoRA adapter: export it "
+                         "without --merge/--base")
+    if not adapter and not (source / "config.json").is_file():
         raise ValueError(f"{folder}: no {ACTOR_DIR}/config.json; it was not written by "
                          "thinkrl's checkpointing")
-    sharded = is_sharded_checkpoint(folder)
-    if not sharded:
+    sharded = is_sharded_checkpoint(folder) and not adapter  # an adapter is whole in actor/
+    if not sharded and not adapter:
         weight_files(source)  # a clear error when the weights are missing
     out = Path(out).expanduser().resolve()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -47,6 +59,11 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, *, log=print) -> 
         shutil.copytree(source, tmp, copy_function=shutil.copyfile)
         if sharded:  # the ranks' shards, gathered into one model.safetensors
             write_whole_weights(folder, tmp)
+        if adapter and merge:
+            used = write_merged_model(source, tmp, base=base)
+            for name in ("adapter_config.json", "adapter_model.safetensors"):
+                (tmp / name).unlink()
+            log(f"merged the adapter into the base model {used}")
         for path in tmp.iterdir():
             fsync_file(path)
         if out.exists():

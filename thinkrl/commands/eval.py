@@ -239,8 +239,8 @@ def model_folder(path: str, *, log=print) -> str:
     complete checkpoint, as `thinkrl export` finds it) gives the checkpoint's
     Hugging Face weights."""
     from thinkrl import builtin
-    from thinkrl.checkpoint.sharded import is_sharded_checkpoint
-    from thinkrl.checkpoint.sharded import ACTOR_DIR
+    from thinkrl.checkpoint.adapter import is_adapter_checkpoint
+    from thinkrl.checkpoint.sharded import ACTOR_DIR, is_sharded_checkpoint
     from thinkrl.checkpoint.store import resolve_checkpoint
 
     if builtin.is_builtin(path):
@@ -254,22 +254,35 @@ def model_folder(path: str, *, log=print) -> str:
         return path  # a hub id: transformers fetches it (or says why it cannot)
     if (local / "config.json").is_file():
         return str(local.resolve())
+    if (local / "adapter_config.json").is_file():  # a LoRA adapter folder: merged onto its base
+        from thinkrl.checkpoint.adapter import write_merged_model
+        folder = _scratch_folder() / local.name
+        base = write_merged_model(local, folder)
+        log(f"--model {local}: a LoRA adapter, merged into its base model {base}")
+        return str(folder)
     try:
         checkpoint = resolve_checkpoint(local, log=log)
     except ValueError as err:
         raise ValueError(f"--model {local.resolve()}: not a Hugging Face model folder (no "
                          f"config.json), and not a checkpoint or run directory: {err}") from None
     log(f"--model {local}: the weights of checkpoint {checkpoint.name}")
-    if is_sharded_checkpoint(checkpoint):  # gathered into a Hugging Face folder for this eval
-        import atexit
-        import shutil
-        import tempfile
-
+    adapter = is_adapter_checkpoint(checkpoint)
+    if is_sharded_checkpoint(checkpoint) or adapter:  # a Hugging Face folder made for this eval
         from thinkrl.checkpoint.export import export_checkpoint
-        folder = Path(tempfile.mkdtemp(prefix="thinkrl-eval-"))
-        atexit.register(shutil.rmtree, folder, ignore_errors=True)  # full weights: never left behind
-        return str(export_checkpoint(checkpoint, folder / checkpoint.name, log=log))
+        return str(export_checkpoint(checkpoint, _scratch_folder() / checkpoint.name, merge=adapter,
+                                     log=log))
     return str(checkpoint / ACTOR_DIR)
+
+
+def _scratch_folder() -> Path:
+    """A temporary folder removed when this process exits: full weights are never left behind."""
+    import atexit
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="thinkrl-eval-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 def output_dir(out: str | None, model_path: str) -> Path:

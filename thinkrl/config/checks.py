@@ -20,6 +20,7 @@ from thinkrl.config.choices import (ADV_ESTIMATORS, KL_ESTIMATORS, LOSS_AGG_MODE
 from thinkrl.config.async_checks import async_problems
 from thinkrl.config.critic_checks import critic_problems
 from thinkrl.config.keys import ARR, shown, value_at
+from thinkrl.config.lora_checks import lora_problems
 from thinkrl.config.multi_turn_checks import multi_turn_problems
 from thinkrl.config.schema import Config
 from thinkrl.config.sizes import DerivedSizes, derive_sizes, micro_size
@@ -112,7 +113,6 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
 # key -> (value that is not supported, what to do)
 _UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
     f"{ARR}.actor.ulysses_sequence_parallel_size": (lambda v: v != 1, "sequence parallelism is not implemented; use 1"),
-    f"{ARR}.model.lora_rank": (lambda v: v != 0, f"LoRA is not implemented yet; remove {ARR}.model.lora_rank"),
     f"{ARR}.hybrid_engine": (lambda v: not v, "only colocated actor and rollout are implemented; set it to True"),
     "reward_model.enable": (bool, "reward models are not implemented; set False (reward functions score)"),
 }
@@ -181,6 +181,7 @@ def _check_combinations(cfg: Config, bad: Callable[[str, str], None], problems: 
     problems.extend(critic_problems(cfg))
     problems.extend(async_problems(cfg, execution_backend(cfg)))
     problems.extend(multi_turn_problems(cfg))
+    problems.extend(lora_problems(cfg))
     pixels = (cfg.data.min_pixels, cfg.data.max_pixels)
     if any(p is not None and p < 28 * 28 for p in pixels):  # one merged patch of 28 x 28
         bad("data.min_pixels" if pixels[0] is not None and pixels[0] < 784 else "data.max_pixels",

@@ -119,6 +119,11 @@ def _model_and_data_notes(cfg: Config) -> Notes:
     if not arr.model.use_remove_padding:
         notes.append(((f"{ARR}.model.use_fused_kernels",), f"it is used only with "
                       f"{ARR}.model.use_remove_padding=True (the shared-prompt pass)"))
+    if arr.model.lora_rank <= 0:
+        notes.append((tuple(f"{ARR}.model.{k}" for k in ("lora_alpha", "target_modules", "exclude_modules")),
+                      f"it configures LoRA adapters and {ARR}.model.lora_rank=0 (every weight trains)"))
+    notes.append(((f"{ARR}.model.layered_summon",),
+                  "the weight sync always gathers FSDP2 shards one tensor at a time"))
     return notes
 
 

@@ -88,11 +88,20 @@ class ModelConfig:
     use_shm: bool = False
     """verl: copy the checkpoint to shared memory before loading."""
     lora_rank: int = 0
-    """LoRA rank; 0 trains all weights."""
-    lora_alpha: int = 16
-    """LoRA scaling numerator."""
+    """LoRA rank r; 0 trains all weights. Above 0 only the adapters train (PEFT),
+    and the reference policy is the base with the adapter switched off."""
+    lora_alpha: float = 16
+    """LoRA scaling numerator: the update is (lora_alpha / lora_rank) B A."""
     target_modules: str | list[str] = "all-linear"
-    """Modules that receive LoRA adapters."""
+    """Modules that receive LoRA adapters: "all-linear" (every linear layer but
+    the output head) or names such as [q_proj, v_proj] (PEFT's matching)."""
+    exclude_modules: str | list[str] | None = None
+    """Modules kept without adapters although target_modules matches them."""
+    lora_adapter_path: str | None = None
+    """A saved PEFT adapter folder to start training from (its targets are used)."""
+    layered_summon: bool = False
+    """verl: gather FSDP shards one layer at a time for the weight sync; thinkrl
+    always gathers one tensor at a time."""
     use_liger: bool = False
     """verl: use Liger kernels."""
     use_fused_kernels: bool = False

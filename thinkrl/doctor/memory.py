@@ -22,6 +22,9 @@ fp32 terms divided by the devices FSDP shards over: 1 on the local backend):
                  n_seq sequences generated at once (train batch x rollout.n,
                  or a validation batch x val_kwargs.n, the larger).
 
+    LoRA         (model.lora_rank > 0, T adapter parameters) weights 4 P + 4 T (the
+                 frozen fp32 base and the adapters), gradients 4 T, AdamW 8 T, and no
+                 reference term: the reference is the base with the adapter off
     critic       12 P         PPO with a critic (algorithm.adv_estimator=gae): the
                               value model's fp32 weights and AdamW moments, assumed
                               the policy's size (critic.model.path defaults to it)
@@ -203,10 +206,17 @@ def estimate_memory(ctx: DoctorContext, *, capacity: int | None = None) -> Memor
     # CPUOffloadPolicy keeps the three together; `check_host` counts them there).
     actor_on_device = 0 if offloaded(cfg, arr.actor.fsdp_config, accelerator) else 1
     ref_on_device = 0 if offloaded(cfg, arr.ref.fsdp_config, accelerator) else 1
+    # LoRA: T adapter parameters train; the base stays (frozen, fp32) and is the reference.
+    lora = arr.model.lora_rank > 0
+    trained, held = params, params  # parameters that train; parameters the actor holds
+    if lora:
+        from thinkrl.models.lora import adapter_parameter_count
+        trained = adapter_parameter_count(text, arr.model.lora_rank, arr.model.target_modules)
+        held, with_ref = params + trained, False
     estimate = MemoryEstimate(
-        weights=actor_on_device * 4 * params // shards,
-        gradients=actor_on_device * 4 * params // shards,
-        optimizer=actor_on_device * 8 * params // shards,
+        weights=actor_on_device * 4 * held // shards,
+        gradients=actor_on_device * 4 * trained // shards,
+        optimizer=actor_on_device * 8 * trained // shards,
         # kept in the compute dtype on accelerators (fp32 on a CPU)
         reference=ref_on_device * ((4 if not accelerator else c) * params // shards) if with_ref else 0,
         activations=activations, kv_cache=int(kv), sequences=seqs,

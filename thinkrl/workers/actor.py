@@ -21,9 +21,11 @@ from torch import Tensor
 from thinkrl.algos.kl import get_kl_estimator
 from thinkrl.algos.losses import LossScale, agg_loss, masked_share
 from thinkrl.algos.policy_losses import build_policy_loss
+from thinkrl.checkpoint.adapter import load_adapter, refuse_adapter_checkpoint_for_full_run, save_adapter
 from thinkrl.checkpoint.sharded import ACTOR_FILES
 from thinkrl.config.schema import ActorConfig
 from thinkrl.models.forward import batched_response_logprobs, response_logprobs
+from thinkrl.models.lora import Lora, merged_tensors
 from thinkrl.parallel.distributed import rank
 from thinkrl.parallel.fsdp import is_sharded, parameter_stats
 from thinkrl.records import ModelInputs, TrainBatch
@@ -40,8 +42,11 @@ class ActorWorker:
                  total_steps: int, log_prob_micro_batch_size: int, temperature: float,
                  autocast: Callable[[], ContextManager] = contextlib.nullcontext,
                  device: torch.device | None = None, remove_padding: bool = False,
-                 fused_head: bool = False, log_prob_max_tokens: int | None = None) -> None:
+                 fused_head: bool = False, log_prob_max_tokens: int | None = None,
+                 lora: Lora | None = None, base_model: str = "") -> None:
         self.model, self.cfg = model, cfg
+        # LoRA: only the adapter trains, is saved and resumed; engines get it merged.
+        self.lora, self.base_model = lora, base_model
         self.remove_padding = remove_padding  # model.use_remove_padding: the shared-prompt pass
         self.fused_head = fused_head  # model.use_fused_kernels: the output head a chunk at a time
         # Token budget per log-prob forward (verl's dynamic batch sizes); None: fixed row counts.
@@ -74,7 +79,11 @@ class ActorWorker:
         """The policy's (name, tensor) pairs for a rollout engine, one at a
         time: every state-dict entry (tied weights under each name), whole
         (gathered from the shards when sharded: a collective), and for an
-        unsharded module the live tensors, so an engine sharing it copies nothing."""
+        unsharded module the live tensors, so an engine sharing it copies nothing.
+        With LoRA, the base's names with each adapter merged in (the engine
+        holds a plain model)."""
+        if self.lora is not None:
+            return merged_tensors(full_state_tensors(self.model), self.lora.scalings())
         return full_state_tensors(self.model)
 
     def weight_stats(self) -> dict:
@@ -95,7 +104,11 @@ class ActorWorker:
         """Weights and AdamW's state: shards under folder/actor_dcp (every rank
         calls this; rank 0 adds the model's config, so that `thinkrl export`
         can rebuild a Hugging Face folder), or a Hugging Face folder
-        (folder/actor) and folder/optimizer.pt."""
+        (folder/actor) and folder/optimizer.pt. With LoRA, the adapter alone
+        (`thinkrl.checkpoint.adapter`)."""
+        if self.lora is not None:
+            save_adapter(self.model, self.learner.optimizer, self.lora, folder, base_model=self.base_model)
+            return
         self.learner.save(folder)
         if is_sharded(self.model) and rank() == 0:
             self.model.config.save_pretrained(folder / ACTOR_FILES.hf_dir)
@@ -103,6 +116,10 @@ class ActorWorker:
                 self.model.generation_config.save_pretrained(folder / ACTOR_FILES.hf_dir)
 
     def load(self, folder: Path) -> None:
+        if self.lora is not None:
+            load_adapter(self.model, self.learner.optimizer, self.lora, folder)
+            return
+        refuse_adapter_checkpoint_for_full_run(folder)
         self.learner.load(folder)
 
     def _micro_batch_loss(self, micro: TrainBatch, scale: LossScale) -> tuple[Tensor, dict]:

@@ -29,6 +29,7 @@ from thinkrl.config import Config
 from thinkrl.config.sizes import DerivedSizes
 from thinkrl.models.loading import (causal_lm_skeleton, check_model_fits, load_causal_lm,
                                     load_generation_config)
+from thinkrl.models.lora import Lora, LoraSettings, attach_lora, load_adapter_weights, merged_tensors
 from thinkrl.models.vision import apply_model_settings, unsplit_modules
 from thinkrl.parallel import fsdp
 from thinkrl.parallel.device import (autocast, bind_rank_device, compute_dtype, empty_cache,
@@ -100,8 +101,10 @@ class PolicyRank:
         torch.manual_seed(cfg.trainer.seed)
         dtype = compute_dtype(self.device, arr.model.dtype)
         self.autocast = autocast(self.device, dtype)
+        self.lora: Lora | None = None  # LoRA (model.lora_rank > 0): set by _load
         model = self._load(gradient_checkpointing=arr.model.enable_gradient_checkpointing,
-                           dtype=dtype, param_offload=offload[0], weights_dtype=torch.float32)
+                           dtype=dtype, param_offload=offload[0], weights_dtype=torch.float32,
+                           lora=LoraSettings.of(arr.model))
         sizes, rollout = spec.sizes, arr.rollout
         self.actor = ActorWorker(
             model, arr.actor, actor_update_spec(arr.actor, sizes), total_steps=spec.total_steps,
@@ -109,13 +112,17 @@ class PolicyRank:
             temperature=rollout.temperature, autocast=self.autocast, device=self.device,
             remove_padding=arr.model.use_remove_padding, fused_head=arr.model.use_fused_kernels,
             log_prob_max_tokens=(rollout.log_prob_max_token_len_per_gpu
-                                 if rollout.log_prob_use_dynamic_bsz else None))
+                                 if rollout.log_prob_use_dynamic_bsz else None),
+            lora=self.lora, base_model=spec.model_path)
         self.reference = None
         if spec.with_reference:
-            ref_model = self._load(gradient_checkpointing=False, dtype=dtype, param_offload=offload[1],
-                                   weights_dtype=frozen_weights_dtype(self.device, dtype))
+            # LoRA: the actor's module with its adapter off is the base, exactly: no second copy.
+            ref_model = model if self.lora is not None else self._load(
+                gradient_checkpointing=False, dtype=dtype, param_offload=offload[1],
+                weights_dtype=frozen_weights_dtype(self.device, dtype))
             self.reference = ReferenceWorker(
-                ref_model, micro_batch_size=sizes.ref_log_prob_micro_batch_size_per_device,
+                ref_model, adapter_off=self.lora.disabled if self.lora is not None else None,
+                micro_batch_size=sizes.ref_log_prob_micro_batch_size_per_device,
                 temperature=rollout.temperature, autocast=self.autocast, device=self.device,
                 remove_padding=arr.model.use_remove_padding,
                 fused_head=arr.model.use_fused_kernels,
@@ -178,11 +185,13 @@ class PolicyRank:
         return fsdp_config.offloads and self.device.type != "cpu"
 
     def _load(self, *, gradient_checkpointing: bool, dtype: torch.dtype, param_offload: bool,
-              weights_dtype: torch.dtype) -> torch.nn.Module:
+              weights_dtype: torch.dtype, lora: LoraSettings | None = None) -> torch.nn.Module:
         """The policy's architecture and initial weights (the actor's float32
         master weights, or the reference's) on this rank, in `weights_dtype`,
         computing in `dtype`: whole on one rank; sharded over several, read
-        from disk by rank 0 alone and broadcast into the shards."""
+        from disk by rank 0 alone and broadcast into the shards. With `lora`,
+        the adapters are attached before sharding (rank 0's initial or saved
+        adapter is broadcast with the base) and the handle kept in self.lora."""
         spec, model_cfg = self.spec, self.spec.cfg.actor_rollout_ref.model
         options = dict(trust_remote_code=model_cfg.trust_remote_code,
                        override_config=model_cfg.override_config,
@@ -192,15 +201,24 @@ class PolicyRank:
             check_model_fits(model, spec.tokenizer_size, spec.sizes, model_path=spec.model_path)
             apply_model_settings(model, model_cfg)  # VL: model.freeze_vision_tower
 
+        def with_lora(model: torch.nn.Module, *, read_adapter: bool) -> torch.nn.Module:
+            if lora is not None:
+                self.lora = attach_lora(model, lora)
+                if read_adapter and lora.adapter_path is not None:  # model.lora_adapter_path
+                    load_adapter_weights(self.lora, lora.adapter_path)
+            return model
+
         def load() -> torch.nn.Module:
-            return load_causal_lm(spec.model_path, dtype=weights_dtype, device=self.device, **options)
+            return with_lora(load_causal_lm(spec.model_path, dtype=weights_dtype, device=self.device,
+                                            **options), read_adapter=True)
 
         def shard(model: torch.nn.Module) -> None:
             fsdp.parallelize(model, compute_dtype=dtype, param_offload=param_offload,
                              whole=unsplit_modules(model, model_cfg))
 
         return fsdp.build_model(
-            load, lambda: causal_lm_skeleton(spec.model_path, dtype=weights_dtype, **options),
+            load, lambda: with_lora(causal_lm_skeleton(spec.model_path, dtype=weights_dtype, **options),
+                                    read_adapter=False),
             prepare=prepare, shard=shard, device=self.device, param_offload=param_offload)
 
     # The stages, as the driver calls them (through a handle under Ray).
@@ -277,9 +295,13 @@ class PolicyRank:
         from torch.distributed.checkpoint.state_dict import (StateDictOptions,
                                                              get_model_state_dict)
         if not fsdp.is_sharded(self.actor.model):
-            return {k: v.detach().cpu().clone() for k, v in self.actor.model.state_dict().items()}
-        return get_model_state_dict(self.actor.model, options=StateDictOptions(
-            full_state_dict=True, cpu_offload=True))
+            state = {k: v.detach().cpu().clone() for k, v in self.actor.model.state_dict().items()}
+        else:
+            state = get_model_state_dict(self.actor.model, options=StateDictOptions(
+                full_state_dict=True, cpu_offload=True))
+        if self.lora is not None and state:  # a plain model's names, the adapter merged in
+            state = dict(merged_tensors(state.items(), self.lora.scalings()))
+        return state
 
     def sharding(self) -> dict[str, int]:
         """Parameters held by this rank and in the whole model (for tests and logs)."""

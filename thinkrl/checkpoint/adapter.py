@@ -1,0 +1,139 @@
+"""A LoRA actor in a checkpoint: the adapter and its optimizer state only.
+
+    actor/adapter_config.json         PEFT's adapter folder (loads with
+    actor/adapter_model.safetensors   PeftModel.from_pretrained on the base);
+                                      base_model_name_or_path names the base
+    optimizer.pt                      AdamW's state of the adapter (one process), or
+    actor_dcp/                        the adapter's shards and their AdamW state
+                                      (several ranks, torch.distributed.checkpoint)
+
+The base weights are never saved: they are the frozen model at
+actor_rollout_ref.model.path, loaded again on resume. Either layout resumes
+on any number of ranks, as full checkpoints do (`thinkrl.checkpoint.sharded`).
+Every rank calls these functions (collectives under a process group).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from thinkrl.checkpoint.sharded import ACTOR_FILES, _by_name, _dcp_load, _saved_keys, is_sharded_checkpoint
+from thinkrl.models.lora import ADAPTER_CONFIG, Lora
+from thinkrl.parallel.distributed import rank
+from thinkrl.parallel.fsdp import full_tensor, is_sharded
+
+
+def is_adapter_checkpoint(folder: Path) -> bool:
+    return (folder / ACTOR_FILES.hf_dir / ADAPTER_CONFIG).is_file()
+
+
+def _trainable_only():
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+    return StateDictOptions(ignore_frozen_params=True)
+
+
+def save_adapter(model: torch.nn.Module, optimizer: torch.optim.Optimizer, lora: Lora,
+                 folder: Path, *, base_model: str) -> None:
+    """The adapter as PEFT's folder in folder/actor (written by rank 0 from
+    whole tensors), and AdamW's state beside it."""
+    tensors = {name: full_tensor(p.detach()) for name, p in model.named_parameters() if p.requires_grad}
+    if rank() == 0:
+        lora.save(folder / ACTOR_FILES.hf_dir, tensors, base_model=base_model)
+    if not is_sharded(model):
+        torch.save(optimizer.state_dict(), folder / ACTOR_FILES.optimizer_file)
+        return
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_state, optim_state = get_state_dict(model, optimizer, options=_trainable_only())
+    dcp.save({"model": model_state, "optim": optim_state},
+             checkpoint_id=str(folder / ACTOR_FILES.dcp_dir))
+
+
+def load_adapter(model: torch.nn.Module, optimizer: torch.optim.Optimizer, lora: Lora,
+                 folder: Path) -> None:
+    """The checkpoint's adapter and AdamW state into `model` and `optimizer`,
+    however `model` is sharded now; everything is read before anything changes."""
+    if not is_adapter_checkpoint(folder):
+        raise ValueError(f"{folder} holds a fully fine-tuned actor, not a LoRA adapter: resume it with "
+                         "actor_rollout_ref.model.lora_rank=0, or start a new LoRA run (another "
+                         "trainer.default_local_dir), or start from its weights: export it and set "
+                         "actor_rollout_ref.model.path to the export")
+    if is_sharded_checkpoint(folder):
+        _load_dcp(model, optimizer, folder)
+        return
+    tensors = lora.load_tensors(folder / ACTOR_FILES.hf_dir)
+    saved_optimizer = torch.load(folder / ACTOR_FILES.optimizer_file, map_location="cpu", weights_only=True)
+    if not is_sharded(model):
+        params = dict(model.named_parameters())
+        with torch.no_grad():
+            for name, tensor in tensors.items():
+                params[name].copy_(tensor.to(params[name].device, params[name].dtype))
+        optimizer.load_state_dict(saved_optimizer)
+        return
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
+                                                         set_optimizer_state_dict)
+    set_model_state_dict(model, tensors, options=StateDictOptions(full_state_dict=True, strict=False))
+    set_optimizer_state_dict(model, optimizer, _by_name(model, saved_optimizer),
+                             options=StateDictOptions(full_state_dict=True))
+
+
+def _load_dcp(model, optimizer, folder: Path) -> None:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+
+    model_state, optim_state = get_state_dict(model, optimizer, options=_trainable_only())
+    saved = _saved_keys(folder)
+    missing = sorted(name for name in model_state if f"model.{name}" not in saved)
+    if missing:
+        raise ValueError(f"{folder / ACTOR_FILES.dcp_dir} lacks {len(missing)} adapter tensor(s) "
+                         f"(first: {missing[0]}); it was saved with other target_modules or another model")
+    state = {"model": model_state, "optim": optim_state}
+    _dcp_load(state, folder)
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
+                   options=StateDictOptions(ignore_frozen_params=True, strict=False))
+
+
+def refuse_adapter_checkpoint_for_full_run(folder: Path) -> None:
+    """A LoRA checkpoint cannot resume a run that trains every weight."""
+    if is_adapter_checkpoint(folder):
+        raise ValueError(f"{folder} holds a LoRA adapter (actor/{ADAPTER_CONFIG}), and this run trains "
+                         "every weight: resume it with the lora_rank it was saved with, or merge it "
+                         "(`thinkrl export --merge`) and start from that folder")
+
+
+def adapter_base(adapter_dir: Path, base: str | None = None) -> str:
+    """The base model an adapter folder was trained on: `base` when given,
+    else its adapter_config.json's base_model_name_or_path."""
+    from thinkrl.models.lora import read_adapter_config
+
+    named = base or read_adapter_config(adapter_dir).get("base_model_name_or_path")
+    if not named:
+        raise ValueError(f"{adapter_dir}/{ADAPTER_CONFIG} names no base model; pass --base FOLDER")
+    local = Path(named).expanduser()
+    if not local.exists() and (named.startswith(("/", ".", "~")) or named.count("/") > 1):
+        raise ValueError(f"the base model {named} that {adapter_dir} was trained on is not there; "
+                         "pass --base with the base model's folder or hub id")
+    return str(local.resolve()) if local.exists() else named
+
+
+def write_merged_model(adapter_dir: Path, out: Path, *, base: str | None = None) -> str:
+    """A Hugging Face folder in `out` (config.json, generation_config.json,
+    model.safetensors): the base with the adapter of `adapter_dir` merged in,
+    W + s B A in float32 (`thinkrl.models.lora.merged_tensors`: the weights an
+    engine is sent during training). The base folder is only read. Returns
+    the base used."""
+    from thinkrl.models.loading import load_causal_lm
+    from thinkrl.models.lora import LoraSettings, attach_lora, load_adapter_weights, merged_tensors
+
+    base = adapter_base(adapter_dir, base)
+    settings = LoraSettings(rank=0, alpha=0.0, target_modules=(), adapter_path=str(adapter_dir))
+    model = load_causal_lm(base, dtype=torch.float32, device=torch.device("cpu"))
+    lora = attach_lora(model, settings)
+    load_adapter_weights(lora, adapter_dir)
+    merged = dict(merged_tensors(model.state_dict().items(), lora.scalings()))
+    plain = lora.peft_model.unload()  # the base module again, its layers plain nn.Linear
+    plain.load_state_dict(merged)
+    plain.save_pretrained(out)
+    return base
