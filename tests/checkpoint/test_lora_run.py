@@ -141,10 +141,11 @@ def test_export_writes_the_adapter_or_the_merged_model_and_eval_reads_the_checkp
                                      micro_batch_size=8) for m in (merged, theirs.base_model.model)]
     torch.testing.assert_close(got[0], got[1], rtol=0, atol=1e-5)
 
-    out = tmp_path / "eval"
-    assert main(["eval", "--model", str(straight), "--data", "builtin:arith/test",
-                 "--max-new-tokens", "16", "--out", str(out)]) == 0
-    assert json.loads((out / "eval.json").read_text())["samples"] > 0
+    for name, model in (("checkpoint", straight), ("adapter", tmp_path / "adapter")):
+        out = tmp_path / f"eval-{name}"
+        assert main(["eval", "--model", str(model), "--data", "builtin:arith/test",
+                     "--max-new-tokens", "16", "--out", str(out)]) == 0
+        assert json.loads((out / "eval.json").read_text())["samples"] > 0, name
 
 
 def test_a_checkpoint_of_the_other_kind_is_refused_with_the_fix(straight, tiny_model_dir, tmp_path):
@@ -158,6 +159,10 @@ def test_a_checkpoint_of_the_other_kind_is_refused_with_the_fix(straight, tiny_m
     train(_config(tiny_model_dir, full_dir, "trainer.total_training_steps=1", *full), log=lambda *_: None)
     with pytest.raises(ValueError, match="holds a fully trained model, not a LoRA adapter"):
         export_checkpoint(full_dir, tmp_path / "x", merge=True, log=lambda *_: None)
+    with pytest.raises(ValueError, match=r"trained with other settings \(lora_alpha 16.0 -> 32.0\)"):
+        train(_config(tiny_model_dir, tmp_path / "alpha", "trainer.resume_mode=resume_path",
+                      f"trainer.resume_from_path={straight / 'global_step_2'}",
+                      "actor_rollout_ref.model.lora_alpha=32"), log=lambda *_: None)
     with pytest.raises(ValueError, match="holds a fully fine-tuned actor, not a LoRA adapter"):
         train(_config(tiny_model_dir, tmp_path / "lora-from-full", "trainer.resume_mode=resume_path",
                       f"trainer.resume_from_path={full_dir / 'global_step_1'}"), log=lambda *_: None)

@@ -55,3 +55,9 @@ def test_lora_settings_without_a_rank_are_noted():
     assert any(f"{M}.lora_alpha=64.0 has no effect" in n for n in notes), notes
     assert any(f"{M}.target_modules=['q_proj'] has no effect" in n for n in notes), notes
     assert not any("lora" in n for n in inactive_settings(load_config("tiny", [f"{M}.lora_rank=8"])))
+
+
+def test_an_adapter_training_biases_or_whole_modules_is_refused(tmp_path):
+    folder = adapter_folder(tmp_path, bias="all", modules_to_save=["lm_head"])
+    assert "thinkrl trains plain LoRA matrices only" in problems(
+        f"{M}.lora_rank=8", f"{M}.lora_adapter_path={folder}")

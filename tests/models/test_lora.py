@@ -165,3 +165,62 @@ def test_the_doctor_s_adapter_size_is_the_real_one(targets) -> None:
     model, _ = with_adapter(rank=8, targets=targets if isinstance(targets, str) else list(targets))
     real = sum(p.numel() for p in model.parameters() if p.requires_grad)
     assert adapter_parameter_count(model.config, 8, targets) == real
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["fused", "split"])
+def test_the_lean_forward_computes_the_adapter_and_its_gradient_as_peft_does(split) -> None:
+    """decoder_logits on LoRA layers (W + s B A per projection) against PEFT's
+    own forward (x W^T + s (x A^T) B^T): logits, A's and B's gradients, and
+    the switched-off adapter."""
+    from thinkrl.models.lean_decoder import (decoder_logits, fused_weights_of, lean_spec,
+                                             padding_attention_mask, split_weights_of)
+
+    model, lora = with_adapter(targets=["q_proj", "v_proj", "o_proj", "up_proj", "down_proj"])
+    spec = lean_spec(model)
+    assert spec is not None
+    ids, mask, positions = batch()
+    real = mask[:, -5:].bool()
+    weights_of = split_weights_of if split else fused_weights_of
+
+    def lean():
+        return decoder_logits(spec, ids, positions, padding_attention_mask(mask, 10), keep=5,
+                              weights=[weights_of(layer) for layer in model.model.layers])
+
+    hf = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, -5:]
+    hf[real].logsumexp(-1).sum().backward()
+    want = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+    model.zero_grad()
+    got = lean()
+    got[real].logsumexp(-1).sum().backward()
+    torch.testing.assert_close(got[real], hf[real], rtol=1e-5, atol=1e-5)
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            torch.testing.assert_close(p.grad, want[name], rtol=1e-4, atol=1e-6, msg=name)
+    with torch.no_grad(), lora.disabled():
+        off_lean = lean()
+        off_hf = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, -5:]
+        assert all(p.requires_grad for n, p in model.named_parameters() if "lora_" in n)
+    torch.testing.assert_close(off_lean[real], off_hf[real], rtol=1e-5, atol=1e-5)
+    assert (off_lean[real] - got[real].detach()).abs().max() > 1e-3
+
+
+def test_the_native_engine_decodes_a_lora_model_fast_as_transformers_does() -> None:
+    from thinkrl.rollout.base import SamplingParams
+    from thinkrl.rollout.native import NativeEngine
+
+    model, _ = with_adapter()
+    ids, mask, _ = batch(2)
+    from thinkrl.records import PromptBatch
+    prompts = PromptBatch(input_ids=ids, attention_mask=mask, samples=[None] * 3)
+    params = SamplingParams(n=2, max_tokens=6, do_sample=True, temperature=1.0)
+    fast = NativeEngine(model, eos_token_ids=[0], pad_token_id=0, seed=4)
+    slow = NativeEngine(model, eos_token_ids=[0], pad_token_id=0, seed=4, fast=False)
+    assert fast._lean is not None and slow._lean is None
+    a, b = fast.generate(prompts, params), slow.generate(prompts, params)
+    assert a.response_ids.tolist() == b.response_ids.tolist()
+    torch.testing.assert_close(a.rollout_logprobs, b.rollout_logprobs, rtol=0, atol=1e-4)
+
+
+def test_an_embedding_or_head_target_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match=r"adapts model.embed_tokens \(Embedding\)"):
+        attach_lora(tiny_qwen2(), LoraSettings(rank=4, alpha=8, target_modules=("embed_tokens", "q_proj")))

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from thinkrl.checkpoint.sharded import ACTOR_FILES, _by_name, _dcp_load, _saved_keys, is_sharded_checkpoint
+from thinkrl.checkpoint.sharded import ACTOR_FILES, _by_name, _load_dcp, is_sharded_checkpoint
 from thinkrl.models.lora import ADAPTER_CONFIG, Lora
 from thinkrl.parallel.distributed import rank
 from thinkrl.parallel.fsdp import full_tensor, is_sharded
@@ -61,8 +61,11 @@ def load_adapter(model: torch.nn.Module, optimizer: torch.optim.Optimizer, lora:
                          "actor_rollout_ref.model.lora_rank=0, or start a new LoRA run (another "
                          "trainer.default_local_dir), or start from its weights: export it and set "
                          "actor_rollout_ref.model.path to the export")
-    if is_sharded_checkpoint(folder):
-        _load_dcp(model, optimizer, folder)
+    _check_same_adapter(lora, folder)
+    if is_sharded_checkpoint(folder):  # frozen entries are neither saved nor expected
+        from torch.distributed.checkpoint.state_dict import StateDictOptions
+        _load_dcp(model, optimizer, folder, ACTOR_FILES,
+                  options=StateDictOptions(ignore_frozen_params=True, strict=False))
         return
     tensors = lora.load_tensors(folder / ACTOR_FILES.hf_dir)
     saved_optimizer = torch.load(folder / ACTOR_FILES.optimizer_file, map_location="cpu", weights_only=True)
@@ -80,19 +83,21 @@ def load_adapter(model: torch.nn.Module, optimizer: torch.optim.Optimizer, lora:
                              options=StateDictOptions(full_state_dict=True))
 
 
-def _load_dcp(model, optimizer, folder: Path) -> None:
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+def _check_same_adapter(lora: Lora, folder: Path) -> None:
+    """The checkpoint's rank, alpha and targets are this run's: another alpha
+    would resume a different policy silently, another rank fail on shapes."""
+    from thinkrl.models.lora import read_adapter_config
 
-    model_state, optim_state = get_state_dict(model, optimizer, options=_trainable_only())
-    saved = _saved_keys(folder)
-    missing = sorted(name for name in model_state if f"model.{name}" not in saved)
-    if missing:
-        raise ValueError(f"{folder / ACTOR_FILES.dcp_dir} lacks {len(missing)} adapter tensor(s) "
-                         f"(first: {missing[0]}); it was saved with other target_modules or another model")
-    state = {"model": model_state, "optim": optim_state}
-    _dcp_load(state, folder)
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
-                   options=StateDictOptions(ignore_frozen_params=True, strict=False))
+    saved, now = read_adapter_config(folder / ACTOR_FILES.hf_dir), lora.config
+    targets = lambda t: sorted(t) if isinstance(t, (list, set, tuple)) else t  # noqa: E731
+    pairs = {"lora_rank": (saved.get("r"), now.r), "lora_alpha": (saved.get("lora_alpha"), now.lora_alpha),
+             "target_modules": (targets(saved.get("target_modules")), targets(now.target_modules))}
+    changed = [f"{key} {was!r} -> {is_!r}" for key, (was, is_) in pairs.items()
+               if (float(was) != float(is_) if key == "lora_alpha" else was != is_)]
+    if changed:
+        raise ValueError(f"{folder}'s adapter was trained with other settings ({', '.join(changed)}); "
+                         "resume with the ones it was saved with (actor_rollout_ref.model.lora_rank, "
+                         "lora_alpha, target_modules) or start a new run directory")
 
 
 def refuse_adapter_checkpoint_for_full_run(folder: Path) -> None:

@@ -120,11 +120,13 @@ def _dcp_load(state: dict, folder: Path, files: RoleFiles = ACTOR_FILES, *,
                  planner=DefaultLoadPlanner(allow_partial_load=partial))
 
 
-def _load_dcp(model, optimizer, folder: Path, files: RoleFiles) -> None:
+def _load_dcp(model, optimizer, folder: Path, files: RoleFiles, options=None) -> None:
+    """`options` (StateDictOptions): which entries are the role's (a LoRA
+    actor's: the trainable ones alone, `thinkrl.checkpoint.adapter`)."""
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     # The current state as the template DCP fills in (shaped like this run's shards).
-    model_state, optim_state = get_state_dict(model, optimizer)
+    model_state, optim_state = get_state_dict(model, optimizer, options=options)
     saved = _saved_keys(folder, files)
     _check_saved_weights(model_state, saved, folder, files)
     # AdamW keeps no state for a parameter that never had a gradient (a VL
@@ -136,7 +138,7 @@ def _load_dcp(model, optimizer, folder: Path, files: RoleFiles) -> None:
     state = {"model": model_state, "optim": optim_state}
     _dcp_load(state, folder, files, partial=bool(stateless))
     set_state_dict(model, optimizer, model_state_dict=state["model"],
-                   optim_state_dict=state["optim"])
+                   optim_state_dict=state["optim"], options=options)
     if stateless:
         for name, param in model.named_parameters():
             if name in stateless:

@@ -256,8 +256,11 @@ def model_folder(path: str, *, log=print) -> str:
         return str(local.resolve())
     if (local / "adapter_config.json").is_file():  # a LoRA adapter folder: merged onto its base
         from thinkrl.checkpoint.adapter import write_merged_model
+        from transformers import AutoTokenizer
         folder = _scratch_folder() / local.name
         base = write_merged_model(local, folder)
+        tokenizer_source = local if (local / "tokenizer_config.json").is_file() else base
+        AutoTokenizer.from_pretrained(tokenizer_source).save_pretrained(folder)
         log(f"--model {local}: a LoRA adapter, merged into its base model {base}")
         return str(folder)
     try:

@@ -138,7 +138,7 @@ def _value_problems(cfg: Config) -> list[Problem]:
         "critic.ulysses_sequence_parallel_size": (critic.ulysses_sequence_parallel_size, lambda v: v == 1,
                                                   "sequence parallelism is not implemented; use 1"),
         "critic.model.lora_rank": (critic.model.lora_rank, lambda v: v == 0,
-                                   "LoRA is not implemented yet; remove critic.model.lora_rank"),
+                                   "LoRA trains the actor only (actor_rollout_ref.model.lora_rank); remove critic.model.lora_rank"),
     }
     return found + [(key, value, fix) for key, (value, ok, fix) in ranges.items() if not ok(value)]
 

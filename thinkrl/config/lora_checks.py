@@ -30,7 +30,7 @@ def lora_problems(cfg: Config) -> list[str]:
     if importlib.util.find_spec("peft") is None:
         bad("lora_rank", model.lora_rank, "LoRA needs PEFT: pip install 'thinkrl[lora]' (or peft), "
             "or set lora_rank=0")
-    if not model.lora_alpha > 0:
+    if model.lora_alpha is None or not model.lora_alpha > 0:
         bad("lora_alpha", model.lora_alpha, "must be > 0 (the update is lora_alpha/lora_rank * B A), e.g. 32")
     targets = model.target_modules
     names = [targets] if isinstance(targets, str) else list(targets or [])
@@ -63,4 +63,8 @@ def _adapter_problems(model) -> list[str]:
                         f"set {KEY}.lora_rank={saved.get('r')} {KEY}.lora_alpha={saved.get('lora_alpha')}")
     if saved.get("use_dora") or saved.get("use_rslora"):
         problems.append(f"{where}: DoRA and rsLoRA adapters are not supported; save a plain LoRA adapter")
+    if saved.get("bias", "none") != "none" or saved.get("modules_to_save") or saved.get("fan_in_fan_out"):
+        problems.append(f"{where}: the adapter trains biases, whole modules (modules_to_save) or "
+                        "transposed layers; thinkrl trains plain LoRA matrices only (bias none, no "
+                        "modules_to_save)")
     return problems

@@ -14,7 +14,10 @@ optimizer, FSDP and checkpoints see nothing new), with
   written in place for decoding.
 
 Only the plain architecture is covered (`lean_spec` says None otherwise:
-sliding windows, scaled RoPE, qk-norm, other activations, remote code);
+sliding windows, scaled RoPE, qk-norm, other activations, remote code,
+quantized layers); a LoRA-adapted projection (PEFT's lora.Linear) counts as
+plain, its weight being W + s B A (`projection_weight`), or W while the
+adapter is switched off;
 callers then take Hugging Face's forward. Results equal Hugging Face's up
 to float32 rounding (different summation order inside fused products:
 observed <= 2e-6 relative on logits, see tests/models/test_lean_decoder.py).
@@ -80,14 +83,43 @@ def lean_spec(model: torch.nn.Module) -> LeanSpec | None:
 
 
 def _plain_layer(layer: torch.nn.Module) -> bool:
-    """Whether every projection is a plain nn.Linear: adapters (LoRA) or
-    quantized modules compute something else from their weights."""
+    """Whether every projection is a plain nn.Linear, or a LoRA one over it
+    (`_lora_linear`): quantized modules and other adapters compute something
+    else from their weights."""
     attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
     names = (("q_proj", "k_proj", "v_proj", "o_proj"), ("gate_proj", "up_proj", "down_proj"))
     if attn is None or mlp is None:
         return False
-    return all(type(getattr(module, name, None)) is torch.nn.Linear
+    return all(type(getattr(module, name, None)) is torch.nn.Linear or _lora_linear(getattr(module, name))
                for module, group in zip((attn, mlp), names) for name in group)
+
+
+def _lora_linear(module: torch.nn.Module) -> bool:
+    """PEFT's lora.Linear over a plain nn.Linear with one active adapter, no
+    dropout, no DoRA and nothing merged in: x (W + s B A)^T + b exactly."""
+    if type(module).__name__ != "Linear" or not type(module).__module__.startswith("peft.tuners.lora"):
+        return False
+    active = list(getattr(module, "active_adapters", ()))
+    return (type(getattr(module, "base_layer", None)) is torch.nn.Linear and len(active) == 1
+            and not module.merged and not any(module.use_dora.values())
+            and type(module.lora_dropout[active[0]]) is torch.nn.Identity)
+
+
+def projection_weight(module: torch.nn.Module) -> Tensor:
+    """A projection's weight [out, in] as its forward applies it: a plain
+    nn.Linear's, or LoRA's W + s B A (W while the adapter is switched off),
+    in the autograd graph (the gradient reaches A and B)."""
+    if type(module) is torch.nn.Linear:
+        return module.weight
+    weight = module.base_layer.weight
+    if module.disable_adapters:
+        return weight
+    (name,) = module.active_adapters
+    return weight + module.scaling[name] * (module.lora_B[name].weight @ module.lora_A[name].weight)
+
+
+def projection_bias(module: torch.nn.Module) -> Tensor | None:
+    return module.bias if type(module) is torch.nn.Linear else module.base_layer.bias
 
 
 def rotary_tables(spec: LeanSpec, position_ids: Tensor, dtype: torch.dtype
@@ -308,18 +340,19 @@ def split_weights_of(layer: torch.nn.Module) -> FusedWeights:
     backward); a concatenated copy would stay whole on the device until the
     backward, for every layer (a whole model's q/k/v and gate/up weights)."""
     attn, mlp = layer.self_attn, layer.mlp
-    bias = None if attn.q_proj.bias is None else (attn.q_proj.bias, attn.k_proj.bias,
-                                                  attn.v_proj.bias)
-    return FusedWeights(qkv=(attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight),
-                        qkv_bias=bias, gate_up=(mlp.gate_proj.weight, mlp.up_proj.weight),
-                        o=attn.o_proj.weight, o_bias=attn.o_proj.bias, down=mlp.down_proj.weight)
+    w, b = projection_weight, projection_bias
+    bias = None if b(attn.q_proj) is None else (b(attn.q_proj), b(attn.k_proj), b(attn.v_proj))
+    return FusedWeights(qkv=(w(attn.q_proj), w(attn.k_proj), w(attn.v_proj)),
+                        qkv_bias=bias, gate_up=(w(mlp.gate_proj), w(mlp.up_proj)),
+                        o=w(attn.o_proj), o_bias=b(attn.o_proj), down=w(mlp.down_proj))
 
 
 def fused_weights_of(layer: torch.nn.Module) -> FusedWeights:
     """One layer's fused weights, concatenated in the autograd graph (training)."""
     attn, mlp = layer.self_attn, layer.mlp
-    bias = (None if attn.q_proj.bias is None
-            else torch.cat((attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias)))
-    return FusedWeights(qkv=torch.cat((attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight)),
-                        qkv_bias=bias, gate_up=torch.cat((mlp.gate_proj.weight, mlp.up_proj.weight)),
-                        o=attn.o_proj.weight, o_bias=attn.o_proj.bias, down=mlp.down_proj.weight)
+    w, b = projection_weight, projection_bias
+    bias = (None if b(attn.q_proj) is None
+            else torch.cat((b(attn.q_proj), b(attn.k_proj), b(attn.v_proj))))
+    return FusedWeights(qkv=torch.cat((w(attn.q_proj), w(attn.k_proj), w(attn.v_proj))),
+                        qkv_bias=bias, gate_up=torch.cat((w(mlp.gate_proj), w(mlp.up_proj))),
+                        o=w(attn.o_proj), o_bias=b(attn.o_proj), down=w(mlp.down_proj))

@@ -71,7 +71,8 @@ class LoraSettings:
 
         if self.adapter_path is not None:
             config = peft.LoraConfig.from_pretrained(self.adapter_path)
-            config.inference_mode = False
+            # pi_old, pi and pi_ref must be the same function of the weights: no dropout
+            config.inference_mode, config.lora_dropout = False, 0.0
             return config
         targets = self.target_modules if isinstance(self.target_modules, str) else list(self.target_modules)
         excluded = (self.exclude_modules if self.exclude_modules is None or isinstance(self.exclude_modules, str)
@@ -98,9 +99,26 @@ class Lora:
 
     @contextlib.contextmanager
     def disabled(self) -> Iterator[None]:
-        """The base model: forwards inside skip every adapter (the reference policy)."""
-        with self.peft_model.disable_adapter():
+        """The base model: forwards inside skip every adapter (the reference policy).
+
+        Each adapted layer's switch is flipped directly: PEFT's own
+        (`disable_adapter`) also turns requires_grad off, and FSDP2 fixes a
+        layer's gradient dtypes at its first forward from the parameters
+        that require grad then: a first forward in here would leave the
+        adapters' gradients without a reduce dtype."""
+        layers = self.layers()
+        for layer in layers:
+            layer._disable_adapters = True
+        try:
             yield
+        finally:
+            for layer in layers:
+                layer._disable_adapters = False
+
+    def layers(self) -> list[torch.nn.Module]:
+        from peft.tuners.lora import LoraLayer
+
+        return [m for m in self.model.modules() if isinstance(m, LoraLayer)]
 
     @property
     def config(self):
@@ -182,7 +200,29 @@ def attach_lora(model: torch.nn.Module, settings: LoraSettings) -> Lora:
             raise
     if not any(p.requires_grad for p in model.parameters()):
         raise nothing
-    return Lora(peft_model, model)
+    lora = Lora(peft_model, model)
+    _check_adapted_layers(lora, settings)
+    return lora
+
+
+def _check_adapted_layers(lora: Lora, settings: LoraSettings) -> None:
+    """Only decoder projections: a LoRA nn.Linear over a plain nn.Linear (what
+    the merge and the lean forward compute). Embeddings, the output head and
+    transposed (Conv1D) layers are refused by name."""
+    from peft.tuners.lora import Linear as LoraLinear
+    from peft.tuners.lora import LoraLayer
+
+    head = lora.model.get_output_embeddings()
+    for name, module in lora.model.named_modules():
+        if not isinstance(module, LoraLayer):
+            continue
+        base = getattr(module, "base_layer", None)
+        if type(module) is not LoraLinear or type(base) is not torch.nn.Linear or base is head \
+                or getattr(module, "fan_in_fan_out", False):
+            raise ValueError(
+                f"actor_rollout_ref.model.target_modules={settings.target_modules!r} adapts {name} "
+                f"({type(base).__name__}): thinkrl trains LoRA on the decoder's linear projections "
+                "only; use all-linear or names such as [q_proj, v_proj], or exclude_modules")
 
 
 def load_adapter_weights(lora: Lora, folder: str | Path) -> None:

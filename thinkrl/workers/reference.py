@@ -3,7 +3,8 @@
 It is loaded from the model path like the actor (never copied from the
 actor, which may already hold resumed weights) and may be sharded too. With
 LoRA it is the actor's own module with the adapter switched off (`adapter_off`):
-the base weights never train, so that is exactly the initial model."""
+the base, which never trains (a run that starts from a saved adapter,
+lora_adapter_path, is pulled towards the base, not that adapter; as in verl)."""
 
 from __future__ import annotations
 
