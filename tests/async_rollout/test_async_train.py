@@ -76,6 +76,29 @@ def test_zero_staleness_is_the_synchronous_algorithm(asset_cache, tiny_model_dir
             assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), (a["step"], key)
 
 
+def test_a_lora_run_s_rollout_process_samples_from_the_merged_adapter(asset_cache, tiny_model_dir, tmp_path,
+                                                                     one_thread):
+    """The rollout process holds a plain model; it is sent the base with the
+    trained adapter merged in (attested at every sync): at zero staleness its
+    log-probs are the trainer's LoRA policy's and the run is the synchronous one."""
+    pytest.importorskip("peft")
+    quiet = dict(log=lambda *_: None)
+    lora = ("actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alpha=16",
+            "actor_rollout_ref.actor.optim.lr=1e-2", length_reward(tmp_path))
+    train(load_config(recipe_path("tiny"), overrides(tiny_model_dir, tmp_path / "sync", *lora)), **quiet)
+    train(load_config(recipe_path("tiny"), overrides(
+        tiny_model_dir, tmp_path / "async", *lora, "async_training.mode=fully_async",
+        "async_training.staleness_threshold=0", "async_training.trigger_parameter_sync_step=1",
+        "async_training.rollout_threads=1")), **quiet)
+    sync, asynchronous = metrics(tmp_path / "sync"), metrics(tmp_path / "async")
+    assert [r["step"] for r in asynchronous] == [1, 2, 3]
+    assert sync[-1]["actor/kl_loss"] > 1e-4  # the adapter moved the policy away from the base
+    for a, b in zip(sync, asynchronous):
+        assert b["rollout/logprob_diff_max"] < 1e-4 and b["timing_s/weight_attest"] >= 0
+        for key in SHARED_METRICS:
+            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), (a["step"], key)
+
+
 def test_one_step_off_trains_one_version_behind_and_learns_the_same_way(asset_cache, tiny_model_dir,
                                                                         tmp_path):
     quiet = dict(log=lambda *_: None)
