@@ -166,3 +166,38 @@ def test_a_checkpoint_of_the_other_kind_is_refused_with_the_fix(straight, tiny_m
     with pytest.raises(ValueError, match="holds a fully fine-tuned actor, not a LoRA adapter"):
         train(_config(tiny_model_dir, tmp_path / "lora-from-full", "trainer.resume_mode=resume_path",
                       f"trainer.resume_from_path={full_dir / 'global_step_1'}"), log=lambda *_: None)
+
+
+def test_a_lora_critic_saves_its_adapters_and_head_and_resumes_exactly(asset_cache, tiny_model_dir, tmp_path):
+    """PPO with a critic, both with LoRA (critic.model.lora_*): the critic's
+    checkpoint is its adapters and value head with their AdamW state, and a
+    run resumed at step 2 equals the unbroken one, critic metrics included."""
+    def config(run_dir: Path):
+        return load_config(recipe_path("ppo"), [
+            f"actor_rollout_ref.model.path={tiny_model_dir}", f"trainer.default_local_dir={run_dir}",
+            "data.train_batch_size=4", "actor_rollout_ref.rollout.n=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+            "critic.ppo_mini_batch_size=2", "critic.shuffle=True", "critic.ppo_micro_batch_size_per_gpu=2",
+            "critic.optim.lr=1e-2", "critic.model.lora_rank=4", "critic.model.lora_alpha=8", *LORA,
+            "data.max_response_length=12", "trainer.val_before_train=False", "trainer.total_training_steps=3",
+            "trainer.test_freq=-1", "trainer.save_freq=1", "trainer.progress_bar=False", "trainer.logger=[]",
+            "reward.num_workers=0"])
+
+    straight = tmp_path / "straight"
+    train(config(straight), log=lambda *_: None)
+    critic = straight / "global_step_3" / "critic"
+    from safetensors.torch import load_file
+    saved = load_file(critic / "adapter_model.safetensors")
+    assert "base_model.model.score.weight" in saved and not (critic / "model.safetensors").exists()
+    assert all("lora_" in k or ".score." in k for k in saved)  # adapters, the head whole
+    state = torch.load(straight / "global_step_3" / "critic_optimizer.pt", weights_only=True)
+    assert len(state["state"]) == len(saved)  # AdamW holds the adapters' and the head's moments alone
+    assert json.loads((critic / "adapter_config.json").read_text())["r"] == 4
+
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    shutil.copytree(straight / "global_step_2", resumed / "global_step_2")
+    shutil.copy(straight / "metrics.jsonl", resumed / "metrics.jsonl")
+    train(config(resumed), log=lambda *_: None)
+    assert _records(resumed) == _records(straight)
+    assert all("critic/vf_loss" in r for r in _records(resumed))

@@ -160,3 +160,13 @@ def test_a_vllm_share_too_small_for_its_own_weights_fails(monkeypatch):
     row = check_device(_ctx(*run, device="cuda", param_count=10**9))  # 2 GB of bf16 weights, 1 GiB share
     assert row.status == "fail" and "holds not even its weights" in row.found
     assert "tensor_model_parallel_size" in row.fix
+
+
+def test_a_lora_critic_holds_the_frozen_base_and_trains_its_adapters_and_head_by_hand():
+    # T' = the actor-style adapter count (16384 at r = 8, test above) + the value head (h = 64)
+    e = estimate_memory(_ctx("algorithm.adv_estimator=gae", "critic.model.lora_rank=8",
+                             "critic.ppo_micro_batch_size_per_gpu=1",
+                             "critic.model.enable_gradient_checkpointing=False"))
+    P, T = 100_000, 16_384 + 64
+    assert e.critic == 4 * P + 12 * T
+    assert e.critic_update == 4 * T + 2 * 221184 * 2

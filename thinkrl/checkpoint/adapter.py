@@ -19,14 +19,14 @@ from pathlib import Path
 
 import torch
 
-from thinkrl.checkpoint.sharded import ACTOR_FILES, _by_name, _load_dcp, is_sharded_checkpoint
+from thinkrl.checkpoint.sharded import ACTOR_FILES, RoleFiles, _by_name, _load_dcp, is_sharded_checkpoint
 from thinkrl.models.lora import ADAPTER_CONFIG, Lora
 from thinkrl.parallel.distributed import rank
 from thinkrl.parallel.fsdp import full_tensor, is_sharded
 
 
-def is_adapter_checkpoint(folder: Path) -> bool:
-    return (folder / ACTOR_FILES.hf_dir / ADAPTER_CONFIG).is_file()
+def is_adapter_checkpoint(folder: Path, files: RoleFiles = ACTOR_FILES) -> bool:
+    return (folder / files.hf_dir / ADAPTER_CONFIG).is_file()
 
 
 def _trainable_only():
@@ -35,40 +35,41 @@ def _trainable_only():
 
 
 def save_adapter(model: torch.nn.Module, optimizer: torch.optim.Optimizer, lora: Lora,
-                 folder: Path, *, base_model: str) -> None:
-    """The adapter as PEFT's folder in folder/actor (written by rank 0 from
-    whole tensors), and AdamW's state beside it."""
+                 folder: Path, *, base_model: str, files: RoleFiles = ACTOR_FILES) -> None:
+    """The adapter (every trainable tensor: a critic's value head too) as
+    PEFT's folder in folder/actor or folder/critic (`files`; written by rank 0
+    from whole tensors), and AdamW's state beside it."""
     tensors = {name: full_tensor(p.detach()) for name, p in model.named_parameters() if p.requires_grad}
     if rank() == 0:
-        lora.save(folder / ACTOR_FILES.hf_dir, tensors, base_model=base_model)
+        lora.save(folder / files.hf_dir, tensors, base_model=base_model)
     if not is_sharded(model):
-        torch.save(optimizer.state_dict(), folder / ACTOR_FILES.optimizer_file)
+        torch.save(optimizer.state_dict(), folder / files.optimizer_file)
         return
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     model_state, optim_state = get_state_dict(model, optimizer, options=_trainable_only())
-    dcp.save({"model": model_state, "optim": optim_state},
-             checkpoint_id=str(folder / ACTOR_FILES.dcp_dir))
+    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(folder / files.dcp_dir))
 
 
 def load_adapter(model: torch.nn.Module, optimizer: torch.optim.Optimizer, lora: Lora,
-                 folder: Path) -> None:
+                 folder: Path, files: RoleFiles = ACTOR_FILES) -> None:
     """The checkpoint's adapter and AdamW state into `model` and `optimizer`,
     however `model` is sharded now; everything is read before anything changes."""
-    if not is_adapter_checkpoint(folder):
-        raise ValueError(f"{folder} holds a fully fine-tuned actor, not a LoRA adapter: resume it with "
-                         "actor_rollout_ref.model.lora_rank=0, or start a new LoRA run (another "
+    key = "actor_rollout_ref.model" if files == ACTOR_FILES else "critic.model"
+    if not is_adapter_checkpoint(folder, files):
+        raise ValueError(f"{folder} holds a fully fine-tuned {files.hf_dir}, not a LoRA adapter: resume it "
+                         f"with {key}.lora_rank=0, or start a new LoRA run (another "
                          "trainer.default_local_dir), or start from its weights: export it and set "
-                         "actor_rollout_ref.model.path to the export")
-    _check_same_adapter(lora, folder)
-    if is_sharded_checkpoint(folder):  # frozen entries are neither saved nor expected
+                         f"{key}.path to the export")
+    _check_same_adapter(lora, folder, files, key)
+    if is_sharded_checkpoint(folder, files):  # frozen entries are neither saved nor expected
         from torch.distributed.checkpoint.state_dict import StateDictOptions
-        _load_dcp(model, optimizer, folder, ACTOR_FILES,
+        _load_dcp(model, optimizer, folder, files,
                   options=StateDictOptions(ignore_frozen_params=True, strict=False))
         return
-    tensors = lora.load_tensors(folder / ACTOR_FILES.hf_dir)
-    saved_optimizer = torch.load(folder / ACTOR_FILES.optimizer_file, map_location="cpu", weights_only=True)
+    tensors = lora.load_tensors(folder / files.hf_dir)
+    saved_optimizer = torch.load(folder / files.optimizer_file, map_location="cpu", weights_only=True)
     if not is_sharded(model):
         params = dict(model.named_parameters())
         with torch.no_grad():
@@ -83,12 +84,12 @@ def load_adapter(model: torch.nn.Module, optimizer: torch.optim.Optimizer, lora:
                              options=StateDictOptions(full_state_dict=True))
 
 
-def _check_same_adapter(lora: Lora, folder: Path) -> None:
+def _check_same_adapter(lora: Lora, folder: Path, files: RoleFiles, key: str) -> None:
     """The checkpoint's rank, alpha and targets are this run's: another alpha
     would resume a different policy silently, another rank fail on shapes."""
     from thinkrl.models.lora import read_adapter_config
 
-    saved, now = read_adapter_config(folder / ACTOR_FILES.hf_dir), lora.config
+    saved, now = read_adapter_config(folder / files.hf_dir), lora.config
     targets = lambda t: sorted(t) if isinstance(t, (list, set, tuple)) else t  # noqa: E731
     pairs = {"lora_rank": (saved.get("r"), now.r), "lora_alpha": (saved.get("lora_alpha"), now.lora_alpha),
              "target_modules": (targets(saved.get("target_modules")), targets(now.target_modules))}
@@ -96,15 +97,15 @@ def _check_same_adapter(lora: Lora, folder: Path) -> None:
                if (float(was) != float(is_) if key == "lora_alpha" else was != is_)]
     if changed:
         raise ValueError(f"{folder}'s adapter was trained with other settings ({', '.join(changed)}); "
-                         "resume with the ones it was saved with (actor_rollout_ref.model.lora_rank, "
-                         "lora_alpha, target_modules) or start a new run directory")
+                         f"resume with the ones it was saved with ({key}.lora_rank, lora_alpha, "
+                         "target_modules) or start a new run directory")
 
 
-def refuse_adapter_checkpoint_for_full_run(folder: Path) -> None:
+def refuse_adapter_checkpoint_for_full_run(folder: Path, files: RoleFiles = ACTOR_FILES) -> None:
     """A LoRA checkpoint cannot resume a run that trains every weight."""
-    if is_adapter_checkpoint(folder):
-        raise ValueError(f"{folder} holds a LoRA adapter (actor/{ADAPTER_CONFIG}), and this run trains "
-                         "every weight: resume it with the lora_rank it was saved with, or merge it "
+    if is_adapter_checkpoint(folder, files):
+        raise ValueError(f"{folder} holds a LoRA adapter ({files.hf_dir}/{ADAPTER_CONFIG}), and this run "
+                         "trains every weight: resume it with the lora_rank it was saved with, or merge it "
                          "(`thinkrl export --merge`) and start from that folder")
 
 

@@ -137,10 +137,10 @@ def _value_problems(cfg: Config) -> list[Problem]:
                                                  "use a token budget >= 1 (a longer row runs alone)"),
         "critic.ulysses_sequence_parallel_size": (critic.ulysses_sequence_parallel_size, lambda v: v == 1,
                                                   "sequence parallelism is not implemented; use 1"),
-        "critic.model.lora_rank": (critic.model.lora_rank, lambda v: v == 0,
-                                   "LoRA trains the actor only (actor_rollout_ref.model.lora_rank); remove critic.model.lora_rank"),
     }
-    return found + [(key, value, fix) for key, (value, ok, fix) in ranges.items() if not ok(value)]
+    found += [(key, value, fix) for key, (value, ok, fix) in ranges.items() if not ok(value)]
+    from thinkrl.config.lora_checks import adapter_settings_problems
+    return found + adapter_settings_problems("critic.model", critic.model)
 
 
 def _size_problems(cfg: Config) -> list[Problem]:

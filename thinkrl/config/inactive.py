@@ -11,8 +11,7 @@ from thinkrl.config.schema import Config
 
 # critic.* keys accepted for verl's launch lines that change nothing here.
 CRITIC_VERL_ONLY = ("rollout_n", "model.tokenizer_path", "model.external_lib", "model.use_remove_padding",
-                    "model.enable_activation_offload", "model.use_shm", "model.lora_alpha",
-                    "model.target_modules")
+                    "model.enable_activation_offload", "model.use_shm")
 
 
 def critic_keys() -> list[str]:
@@ -134,6 +133,9 @@ def _critic_notes(cfg: Config) -> Notes:
                 (tuple(critic_keys()), "the critic is built only for algorithm.adv_estimator=gae")]
     notes = [(tuple(f"critic.{k}" for k in CRITIC_VERL_ONLY), "a verl option that thinkrl's critic does "
               "not implement (or, for rollout_n and model.tokenizer_path, takes from the actor)")]
+    if cfg.critic.model.lora_rank <= 0:
+        notes.append((tuple(f"critic.model.{k}" for k in ("lora_alpha", "target_modules", "exclude_modules")),
+                      "it configures the critic's LoRA adapters and critic.model.lora_rank=0"))
     fsdp = tuple(f"critic.model.fsdp_config.{k}" for k in _FSDP)
     if execution_backend(cfg) == "local":
         return notes + [(fsdp + ("critic.strategy",),

@@ -15,30 +15,37 @@ KEY = f"{ARR}.model"
 
 def lora_problems(cfg: Config) -> list[str]:
     """One line per problem: key=value, what to do."""
-    model, problems = cfg.actor_rollout_ref.model, []
+    model = cfg.actor_rollout_ref.model
+    problems = [f"  - {key}={shown(value)}: {fix}" for key, value, fix in adapter_settings_problems(KEY, model)]
+    if model.lora_rank <= 0 and model.lora_adapter_path:
+        problems.append(f"  - {KEY}.lora_adapter_path={shown(model.lora_adapter_path)}: an adapter trains "
+                        "only with LoRA on: set lora_rank to the adapter's rank")
+    if model.lora_rank > 0 and model.lora_adapter_path:
+        problems.extend(_adapter_problems(model))
+    return problems
 
-    def bad(key: str, value, fix: str) -> None:
-        problems.append(f"  - {KEY}.{key}={shown(value)}: {fix}")
 
+def adapter_settings_problems(prefix: str, model) -> list[tuple[str, object, str]]:
+    """(key, value, fix) for the LoRA keys of a model section (the actor's
+    actor_rollout_ref.model, the critic's critic.model)."""
+    found = []
     if model.lora_rank < 0:
-        bad("lora_rank", model.lora_rank, "must be 0 (train every weight) or a rank >= 1, e.g. 16")
+        found.append((f"{prefix}.lora_rank", model.lora_rank,
+                      "must be 0 (train every weight) or a rank >= 1, e.g. 16"))
     if model.lora_rank <= 0:
-        if model.lora_adapter_path:
-            bad("lora_adapter_path", model.lora_adapter_path,
-                "an adapter trains only with LoRA on: set lora_rank to the adapter's rank")
-        return problems
+        return found
     if importlib.util.find_spec("peft") is None:
-        bad("lora_rank", model.lora_rank, "LoRA needs PEFT: pip install 'thinkrl[lora]' (or peft), "
-            "or set lora_rank=0")
+        found.append((f"{prefix}.lora_rank", model.lora_rank,
+                      "LoRA needs PEFT: pip install 'thinkrl[lora]' (or peft), or set lora_rank=0"))
     if model.lora_alpha is None or not model.lora_alpha > 0:
-        bad("lora_alpha", model.lora_alpha, "must be > 0 (the update is lora_alpha/lora_rank * B A), e.g. 32")
+        found.append((f"{prefix}.lora_alpha", model.lora_alpha,
+                      "must be > 0 (the update is lora_alpha/lora_rank * B A), e.g. 32"))
     targets = model.target_modules
     names = [targets] if isinstance(targets, str) else list(targets or [])
     if not names or not all(isinstance(n, str) and n for n in names):
-        bad("target_modules", targets, "use all-linear or a list of module names, e.g. [q_proj, v_proj]")
-    if model.lora_adapter_path:
-        problems.extend(_adapter_problems(model))
-    return problems
+        found.append((f"{prefix}.target_modules", targets,
+                      "use all-linear or a list of module names, e.g. [q_proj, v_proj]"))
+    return found
 
 
 def _adapter_problems(model) -> list[str]:

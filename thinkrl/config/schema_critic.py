@@ -46,11 +46,14 @@ class CriticModelConfig:
     use_shm: bool = False
     """verl: copy the checkpoint to shared memory before loading."""
     lora_rank: int = 0
-    """LoRA rank; 0 trains all weights (LoRA is not implemented)."""
-    lora_alpha: int = 16
-    """LoRA scaling numerator."""
+    """LoRA rank; 0 trains all weights. Above 0 the value model trains adapters
+    on its decoder and its value head whole."""
+    lora_alpha: float = 16
+    """LoRA scaling numerator: the update is (lora_alpha / lora_rank) B A."""
     target_modules: str | list[str] = "all-linear"
-    """Modules that receive LoRA adapters."""
+    """Modules that receive LoRA adapters (all-linear: the decoder's projections)."""
+    exclude_modules: str | list[str] | None = None
+    """Modules kept without adapters although target_modules matches them."""
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     """Sharding of the critic on the ray backend (FSDP2 over all devices, as the actor)."""
 

@@ -25,6 +25,8 @@ fp32 terms divided by the devices FSDP shards over: 1 on the local backend):
     LoRA         (model.lora_rank > 0, T adapter parameters) weights 4 P + 4 T (the
                  frozen fp32 base and the adapters), gradients 4 T, AdamW 8 T, and no
                  reference term: the reference is the base with the adapter off
+                 The critic's LoRA (critic.model.lora_rank): 4 P + 12 T' resident and
+                 4 T' of gradients, T' its adapters plus the value head (h)
     critic       12 P         PPO with a critic (algorithm.adv_estimator=gae): the
                               value model's fp32 weights and AdamW moments, assumed
                               the policy's size (critic.model.path defaults to it)
@@ -186,8 +188,13 @@ def estimate_memory(ctx: DoctorContext, *, capacity: int | None = None) -> Memor
     activations = int(layer_activations(b, arr.model.enable_gradient_checkpointing) + b * s * vocab * (c + 4))
     critic = critic_update = 0
     if sizes.critic is not None:  # PPO with a critic, assumed the policy's size
-        critic = 12 * params // shards
-        critic_update = 4 * params // shards + int(layer_activations(
+        critic_trained, critic = params, 12 * params // shards
+        if cfg.critic.model.lora_rank > 0:  # the frozen base; the adapters and value head train
+            from thinkrl.models.lora import adapter_parameter_count
+            critic_trained = adapter_parameter_count(text, cfg.critic.model.lora_rank,
+                                                     cfg.critic.model.target_modules) + h
+            critic = (4 * params + 12 * critic_trained) // shards
+        critic_update = 4 * critic_trained // shards + int(layer_activations(
             sizes.critic.micro_batch_size_per_device, cfg.critic.model.enable_gradient_checkpointing))
 
     train_seqs = sizes.prompts_per_step * sizes.responses_per_prompt

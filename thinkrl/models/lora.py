@@ -24,6 +24,7 @@ never modified, so nothing drifts from merging and unmerging.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import re
 import warnings
@@ -64,7 +65,18 @@ class LoraSettings:
         return cls(rank=model_cfg.lora_rank, alpha=float(model_cfg.lora_alpha),
                    target_modules=as_names(model_cfg.target_modules),
                    exclude_modules=as_names(model_cfg.exclude_modules),
-                   adapter_path=model_cfg.lora_adapter_path)
+                   adapter_path=getattr(model_cfg, "lora_adapter_path", None))  # the critic has none
+
+    def excluding(self, name: str) -> "LoraSettings":
+        """These settings with module `name` (and `*.name`) kept without an adapter."""
+        excluded = self.exclude_modules
+        if excluded is None:
+            excluded = (name,)
+        elif isinstance(excluded, str):  # PEFT reads a string as a regular expression
+            excluded = rf"(?:{excluded})|(?:(?:.*\.)?{re.escape(name)})"
+        else:
+            excluded = (*excluded, name)
+        return dataclasses.replace(self, exclude_modules=excluded)
 
     def peft_config(self):
         import peft

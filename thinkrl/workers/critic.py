@@ -22,12 +22,14 @@ from torch import Tensor
 from thinkrl import builtin
 from thinkrl.algos.gae import value_loss
 from thinkrl.algos.losses import LossScale
+from thinkrl.checkpoint.adapter import load_adapter, refuse_adapter_checkpoint_for_full_run, save_adapter
 from thinkrl.checkpoint.sharded import CRITIC_FILES, is_sharded_checkpoint
 from thinkrl.config.critic_checks import CriticSizes
 from thinkrl.config.schema import CriticConfig
 from thinkrl.models.forward import in_micro_batches
 from thinkrl.models.loading import check_model_fits
-from thinkrl.models.value import load_value_model, response_values, value_model_skeleton
+from thinkrl.models.lora import Lora, LoraSettings, attach_lora
+from thinkrl.models.value import load_value_model, response_values, value_head, value_model_skeleton
 from thinkrl.parallel import fsdp
 from thinkrl.records import CriticBatch
 from thinkrl.workers.learner import Learner, critic_update_spec
@@ -41,8 +43,11 @@ class CriticWorker:
     def __init__(self, model: torch.nn.Module, cfg: CriticConfig, sizes: CriticSizes, *,
                  total_steps: int, response_length: int,
                  autocast: Callable[[], ContextManager] = contextlib.nullcontext,
-                 device: torch.device | None = None) -> None:
+                 device: torch.device | None = None, lora: Lora | None = None,
+                 base_model: str = "") -> None:
         self.model, self.cfg, self.sizes = model, cfg, sizes
+        # critic.model.lora_rank > 0: the decoder's adapters and the value head train and are saved
+        self.lora, self.base_model = lora, base_model
         self.device = device or next(model.parameters()).device
         self.autocast = autocast
         # Token budget per value forward (critic.use_dynamic_bsz); None: fixed row counts.
@@ -93,7 +98,12 @@ class CriticWorker:
         """Weights and AdamW's state in the layout that fits the model (as the actor's,
         `thinkrl.checkpoint.sharded.CRITIC_FILES`): shards under folder/critic_dcp (every
         rank calls this), or a Hugging Face folder (folder/critic, loadable as
-        critic.model.path) and folder/critic_optimizer.pt."""
+        critic.model.path) and folder/critic_optimizer.pt. With LoRA, the adapter
+        and the value head (`thinkrl.checkpoint.adapter`)."""
+        if self.lora is not None:
+            save_adapter(self.model, self.learner.optimizer, self.lora, folder, base_model=self.base_model,
+                         files=CRITIC_FILES)
+            return
         self.learner.save(folder)
 
     def load(self, folder: Path) -> None:
@@ -102,6 +112,10 @@ class CriticWorker:
             raise ValueError(f"{folder}: the checkpoint holds no critic (saved by a run without "
                              "algorithm.adv_estimator=gae); resume a PPO run from its own checkpoints, or "
                              "start afresh with trainer.resume_mode=disable")
+        if self.lora is not None:
+            load_adapter(self.model, self.learner.optimizer, self.lora, folder, CRITIC_FILES)
+            return
+        refuse_adapter_checkpoint_for_full_run(folder, CRITIC_FILES)
         self.learner.load(folder)
 
 
@@ -118,16 +132,28 @@ def build_critic(spec, *, device: torch.device, autocast: Callable[[], ContextMa
                    trust_remote_code=cfg.actor_rollout_ref.model.trust_remote_code if trust is None else trust,
                    gradient_checkpointing=critic.model.enable_gradient_checkpointing)
 
+    # critic.model.lora_rank: adapters on the decoder; the fresh value head trains whole.
+    settings = LoraSettings.of(critic.model)
+    held: list[Lora] = []
+
+    def with_lora(model: torch.nn.Module) -> torch.nn.Module:
+        if settings is not None:
+            head = value_head(model)
+            names = [name for name, module in model.named_modules() if module is head]
+            held.append(attach_lora(model, settings.excluding(names[0].rsplit(".", 1)[-1])))
+            head.requires_grad_(True)
+        return model
+
     def load() -> torch.nn.Module:
-        return load_value_model(path, device=device, seed=cfg.trainer.seed, **options)
+        return with_lora(load_value_model(path, device=device, seed=cfg.trainer.seed, **options))
 
     # Over several ranks rank 0 reads the weights (and draws the fresh head), the others
     # receive their shards.
     model = fsdp.build_model(
-        load, lambda: value_model_skeleton(path, **options),
+        load, lambda: with_lora(value_model_skeleton(path, **options)),
         prepare=lambda m: check_model_fits(m, spec.tokenizer_size, spec.sizes, model_path=path),
         shard=lambda m: fsdp.parallelize(m, compute_dtype=compute_dtype, param_offload=param_offload),
         device=device, param_offload=param_offload)
     return CriticWorker(model, critic, spec.sizes.critic, total_steps=spec.total_steps,
                         response_length=spec.sizes.response_length,
-                        autocast=autocast, device=device)
+                        autocast=autocast, device=device, lora=held[0] if held else None, base_model=path)
