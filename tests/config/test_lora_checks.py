@@ -61,3 +61,13 @@ def test_an_adapter_training_biases_or_whole_modules_is_refused(tmp_path):
     folder = adapter_folder(tmp_path, bias="all", modules_to_save=["lm_head"])
     assert "thinkrl trains plain LoRA matrices only" in problems(
         f"{M}.lora_rank=8", f"{M}.lora_adapter_path={folder}")
+
+
+def test_the_critic_s_lora_keys_are_checked_and_noted_like_the_actor_s():
+    text = problems("algorithm.adv_estimator=gae", "critic.model.lora_rank=4", "critic.model.lora_alpha=0")
+    assert "critic.model.lora_alpha=0.0: must be > 0" in text, text
+    assert "critic.model.lora_rank=-2: must be 0" in problems("algorithm.adv_estimator=gae",
+                                                              "critic.model.lora_rank=-2")
+    notes = inactive_settings(load_config("tiny", ["algorithm.adv_estimator=gae", "critic.model.lora_alpha=8"]))
+    assert any("critic.model.lora_alpha=8.0 has no effect: it configures the critic's LoRA" in n
+               for n in notes), notes
