@@ -42,8 +42,9 @@ def test_two_ranks_train_the_adapter_as_one_process_does(asset_cache, tiny_model
     from thinkrl.run import Progress
 
     local = build_run(_cfg(tiny_model_dir, tmp_path / "local"), log=lambda *_: None)
-    sharded = build_run(_cfg(tiny_model_dir, tmp_path / "ray", "trainer.n_gpus_per_node=2"),
-                        log=lambda *_: None)
+    # The ranks take the lean shared-prompt pass (LoRA kept factored on shards), one process the padded one.
+    sharded = build_run(_cfg(tiny_model_dir, tmp_path / "ray", "trainer.n_gpus_per_node=2",
+                             "actor_rollout_ref.model.use_remove_padding=True"), log=lambda *_: None)
     try:
         shards = sharded.roles.actor.group.call_all("test", "sharding")
         assert all(s["local"] < s["total"] for s in shards)  # base and adapters split 2 ways
@@ -54,9 +55,10 @@ def test_two_ranks_train_the_adapter_as_one_process_does(asset_cache, tiny_model
         lengths = rollouts.response_mask.sum(-1)
         assert lengths.min() < lengths.max()  # uneven: ranks stop decoding at different steps
         seqs, r = rollouts.sequences(), rollouts.response_ids.shape[1]
+        real = rollouts.response_mask.bool()  # the shared-prompt pass leaves padding columns 0
         old_local = local.roles.actor.compute_log_prob(*seqs, response_length=r)
-        torch.testing.assert_close(sharded.roles.actor.compute_log_prob(*seqs, response_length=r),
-                                   old_local, rtol=0, atol=1e-5)
+        torch.testing.assert_close(sharded.roles.actor.compute_log_prob(*seqs, response_length=r)[real],
+                                   old_local[real], rtol=0, atol=1e-5)
         advantages = torch.randn(len(rollouts), 1, generator=torch.Generator().manual_seed(0))
         batch = TrainBatch(*seqs, response_mask=rollouts.response_mask.float(),
                            advantages=advantages.expand(-1, r) * rollouts.response_mask,
@@ -67,8 +69,8 @@ def test_two_ranks_train_the_adapter_as_one_process_does(asset_cache, tiny_model
             assert m_ray[key] == pytest.approx(m_local[key], rel=1e-5, abs=1e-7), key
         # the reference (adapter off) is still the base on both
         ref_local = local.roles.reference.compute_ref_log_prob(*seqs, response_length=r)
-        torch.testing.assert_close(sharded.roles.reference.compute_ref_log_prob(*seqs, response_length=r),
-                                   ref_local, rtol=0, atol=1e-5)
+        torch.testing.assert_close(sharded.roles.reference.compute_ref_log_prob(*seqs, response_length=r)[real],
+                                   ref_local[real], rtol=0, atol=1e-5)
         torch.testing.assert_close(ref_local, old_local, rtol=0, atol=1e-6)
         # merged weights (what an engine is sent) agree
         after_local, after_ray = local.roles.actor.full_weights(), sharded.roles.actor.full_weights()

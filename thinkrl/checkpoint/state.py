@@ -2,11 +2,14 @@
 
     global_step_N/
       actor/              Hugging Face folder: config.json, generation_config.json,
-                          model.safetensors (float32 master weights), tokenizer files
+                          model.safetensors (float32 master weights), tokenizer files;
+                          with LoRA, PEFT's adapter folder instead (thinkrl.checkpoint.adapter)
       optimizer.pt        AdamW moments and step counts, param groups (lr as last set)
       critic/             PPO with a critic only: the value model as a Hugging Face
                           folder (loadable as critic.model.path), or critic_dcp/
-                          (shards, ray backend; see thinkrl.checkpoint.sharded)
+                          (shards, ray backend; see thinkrl.checkpoint.sharded); with
+                          critic.model.lora_rank its adapters and value head instead
+                          (thinkrl.checkpoint.adapter; for resuming, not a model folder)
       critic_optimizer.pt its AdamW state (its LR schedule and shuffle generator
                           are in trainer_state.pt)
       trainer_state.pt    LR schedule, loader (epoch, position), the actor's shuffle

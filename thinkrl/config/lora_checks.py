@@ -70,7 +70,13 @@ def _adapter_problems(model) -> list[str]:
                         f"set {KEY}.lora_rank={saved.get('r')} {KEY}.lora_alpha={saved.get('lora_alpha')}")
     if saved.get("use_dora") or saved.get("use_rslora"):
         problems.append(f"{where}: DoRA and rsLoRA adapters are not supported; save a plain LoRA adapter")
-    if saved.get("bias", "none") != "none" or saved.get("modules_to_save") or saved.get("fan_in_fan_out"):
+    variants = ("use_dora", "use_rslora", "use_bdlora", "alora_invocation_tokens", "arrow_config", "lora_ga_config",
+                "use_qalora", "mica_config")
+    if any(saved.get(key) for key in variants[2:]):
+        problems.append(f"{where}: a LoRA variant ({', '.join(k for k in variants if saved.get(k))}); "
+                        "thinkrl trains plain LoRA matrices only")
+    if saved.get("bias", "none") != "none" or saved.get("modules_to_save") or saved.get("fan_in_fan_out") \
+            or saved.get("lora_bias"):
         problems.append(f"{where}: the adapter trains biases, whole modules (modules_to_save) or "
                         "transposed layers; thinkrl trains plain LoRA matrices only (bias none, no "
                         "modules_to_save)")

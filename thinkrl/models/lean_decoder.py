@@ -29,6 +29,7 @@ head dim, E hidden size, V vocabulary.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -101,7 +102,8 @@ def _lora_linear(module: torch.nn.Module) -> bool:
         return False
     active = list(getattr(module, "active_adapters", ()))
     return (type(getattr(module, "base_layer", None)) is torch.nn.Linear and len(active) == 1
-            and not module.merged and not any(module.use_dora.values())
+            and not module.merged and not any(module.use_dora.values()) and not module.lora_variant
+            and not any(module.lora_bias.values())
             and type(module.lora_dropout[active[0]]) is torch.nn.Identity)
 
 
@@ -120,6 +122,35 @@ def projection_weight(module: torch.nn.Module) -> Tensor:
 
 def projection_bias(module: torch.nn.Module) -> Tensor | None:
     return module.bias if type(module) is torch.nn.Linear else module.base_layer.bias
+
+
+class LowRank(NamedTuple):
+    """A LoRA projection kept factored: x W^T + scale (x A^T) B^T. For
+    training forwards that must not hold a merged [out, in] copy of each
+    weight until the backward (accelerators, FSDP2 shards: `split_weights_of`);
+    its backward computes gradients for A and B alone."""
+
+    weight: Tensor
+    a: Tensor
+    b: Tensor
+    scale: float
+
+
+def split_projection(module: torch.nn.Module) -> Tensor | LowRank:
+    """A projection's weight as `split_weights_of` keeps it: the parameter
+    itself, or a LoRA one factored (`LowRank`), or W while its adapter is off."""
+    if type(module) is torch.nn.Linear or module.disable_adapters:
+        return projection_weight(module)
+    (name,) = module.active_adapters
+    return LowRank(module.base_layer.weight, module.lora_A[name].weight, module.lora_B[name].weight,
+                   module.scaling[name])
+
+
+def project(x: Tensor, weight: Tensor | LowRank, bias: Tensor | None = None) -> Tensor:
+    """x W^T + b, for a weight or a factored LoRA one."""
+    if isinstance(weight, LowRank):
+        return F.linear(x, weight.weight, bias) + weight.scale * F.linear(F.linear(x, weight.a), weight.b)
+    return F.linear(x, weight, bias)
 
 
 def rotary_tables(spec: LeanSpec, position_ids: Tensor, dtype: torch.dtype
@@ -302,10 +333,10 @@ def finish_layer(layer: torch.nn.Module, fused: FusedWeights, h: Tensor, attende
     then the SiLU-gated MLP and residual. attended [N, H, S, D] -> h [N, S, E]."""
     n, heads, s, d = attended.shape
     out = attended.transpose(1, 2).reshape(n, s, heads * d)
-    h = h + F.linear(out, fused.o, fused.o_bias)
+    h = h + project(out, fused.o, fused.o_bias)
     x = _rms_norm(h, layer.post_attention_layernorm, eps)
     gate, up = _linear(x, fused.gate_up, None).chunk(2, -1)
-    return h + F.linear(F.silu(gate) * up, fused.down)
+    return h + project(F.silu(gate) * up, fused.down)
 
 
 def final_logits(spec: LeanSpec, h: Tensor) -> Tensor:
@@ -326,10 +357,10 @@ def head_logits(spec: LeanSpec, h: Tensor) -> Tensor:
 def _linear(x: Tensor, weight: Tensor | tuple[Tensor, ...],
             bias: Tensor | tuple[Tensor, ...] | None) -> Tensor:
     """x W^T + b for one weight, or for parts [W_1; W_2; ..] as one output."""
-    if isinstance(weight, Tensor):
-        return F.linear(x, weight, bias)
+    if isinstance(weight, (Tensor, LowRank)):
+        return project(x, weight, bias)
     biases = bias if bias is not None else (None,) * len(weight)
-    return torch.cat([F.linear(x, w, b) for w, b in zip(weight, biases)], dim=-1)
+    return torch.cat([project(x, w, b) for w, b in zip(weight, biases)], dim=-1)
 
 
 def split_weights_of(layer: torch.nn.Module) -> FusedWeights:
@@ -340,7 +371,7 @@ def split_weights_of(layer: torch.nn.Module) -> FusedWeights:
     backward); a concatenated copy would stay whole on the device until the
     backward, for every layer (a whole model's q/k/v and gate/up weights)."""
     attn, mlp = layer.self_attn, layer.mlp
-    w, b = projection_weight, projection_bias
+    w, b = split_projection, projection_bias
     bias = None if b(attn.q_proj) is None else (b(attn.q_proj), b(attn.k_proj), b(attn.v_proj))
     return FusedWeights(qkv=(w(attn.q_proj), w(attn.k_proj), w(attn.v_proj)),
                         qkv_bias=bias, gate_up=(w(mlp.gate_proj), w(mlp.up_proj)),

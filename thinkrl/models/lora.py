@@ -55,17 +55,20 @@ class LoraSettings:
     """A saved PEFT adapter folder to start from (lora_adapter_path); its own
     adapter_config.json then decides the targets (rank and alpha must agree:
     the config checks)."""
+    key: str = "actor_rollout_ref.model"
+    """The config section these come from (for messages)."""
 
     @classmethod
-    def of(cls, model_cfg) -> "LoraSettings | None":
-        """From a ModelConfig; None when lora_rank is 0 (full fine-tuning)."""
+    def of(cls, model_cfg, key: str = "actor_rollout_ref.model") -> "LoraSettings | None":
+        """From a model section (`key`); None when lora_rank is 0 (full fine-tuning)."""
         if model_cfg.lora_rank <= 0:
             return None
         as_names = lambda v: v if v is None or isinstance(v, str) else tuple(v)  # noqa: E731
         return cls(rank=model_cfg.lora_rank, alpha=float(model_cfg.lora_alpha),
                    target_modules=as_names(model_cfg.target_modules),
                    exclude_modules=as_names(model_cfg.exclude_modules),
-                   adapter_path=getattr(model_cfg, "lora_adapter_path", None))  # the critic has none
+                   adapter_path=getattr(model_cfg, "lora_adapter_path", None),  # the critic has none
+                   key=key)
 
     def excluding(self, name: str) -> "LoraSettings":
         """These settings with module `name` (and `*.name`) kept without an adapter."""
@@ -83,8 +86,10 @@ class LoraSettings:
 
         if self.adapter_path is not None:
             config = peft.LoraConfig.from_pretrained(self.adapter_path)
-            # pi_old, pi and pi_ref must be the same function of the weights: no dropout
-            config.inference_mode, config.lora_dropout = False, 0.0
+            # pi_old, pi and pi_ref must be the same function of the weights: no dropout.
+            # The saved values are loaded over the init, and an init such as PiSSA's
+            # would rewrite the base weights: none.
+            config.inference_mode, config.lora_dropout, config.init_lora_weights = False, 0.0, False
             return config
         targets = self.target_modules if isinstance(self.target_modules, str) else list(self.target_modules)
         excluded = (self.exclude_modules if self.exclude_modules is None or isinstance(self.exclude_modules, str)
@@ -196,7 +201,7 @@ def attach_lora(model: torch.nn.Module, settings: LoraSettings) -> Lora:
     receives its weights by broadcast) gets meta adapters."""
     import peft
 
-    nothing = ValueError(f"actor_rollout_ref.model.target_modules={settings.target_modules!r} "
+    nothing = ValueError(f"{settings.key}.target_modules={settings.target_modules!r} "
                          f"matches no layer of {type(model).__name__}; use all-linear or names such "
                          "as [q_proj, v_proj]")
     with warnings.catch_warnings():
@@ -230,9 +235,10 @@ def _check_adapted_layers(lora: Lora, settings: LoraSettings) -> None:
             continue
         base = getattr(module, "base_layer", None)
         if type(module) is not LoraLinear or type(base) is not torch.nn.Linear or base is head \
-                or getattr(module, "fan_in_fan_out", False):
+                or getattr(module, "fan_in_fan_out", False) or module.lora_variant \
+                or any(module.lora_bias.values()):
             raise ValueError(
-                f"actor_rollout_ref.model.target_modules={settings.target_modules!r} adapts {name} "
+                f"{settings.key}.target_modules={settings.target_modules!r} adapts {name} "
                 f"({type(base).__name__}): thinkrl trains LoRA on the decoder's linear projections "
                 "only; use all-linear or names such as [q_proj, v_proj], or exclude_modules")
 

@@ -133,7 +133,7 @@ def build_critic(spec, *, device: torch.device, autocast: Callable[[], ContextMa
                    gradient_checkpointing=critic.model.enable_gradient_checkpointing)
 
     # critic.model.lora_rank: adapters on the decoder; the fresh value head trains whole.
-    settings = LoraSettings.of(critic.model)
+    settings = LoraSettings.of(critic.model, key="critic.model")
     held: list[Lora] = []
 
     def with_lora(model: torch.nn.Module) -> torch.nn.Module:
