@@ -195,15 +195,20 @@ def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec = TinyModelSpec(),
     pairs = synthetic.pretraining_texts(problems, full_solution_rate=spec.full_solution_rate,
                                         seed=spec.seed)
     tokenizer = build_tokenizer([q + "\n" + a for q, a in pairs], vocab_size=spec.vocab_size)
-    # The weights depend on the spec alone, and the caller's global RNG is
-    # left as it was (the doctor, a test or a training run may build it).
+    return seeded_build(spec, tokenizer, out_dir, name="tiny base model", log=log,
+                        train=lambda model: pretrain(model, tokenizer, pairs, spec, log=log))
+
+
+def seeded_build(spec: TinyModelSpec, tokenizer, out_dir: Path, *, name: str, train, log) -> Path:
+    """A fresh model of `spec`, `train(model)`, saved with `tokenizer` in
+    `out_dir`. The weights depend on the spec alone, and the caller's global
+    RNG is left as it was (the doctor, a test or a training run may build it)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
         model = _make_model(spec, tokenizer)
         n_params = sum(p.numel() for p in model.parameters())
-        log(f"building the tiny base model ({n_params / 1e6:.2f}M parameters, Qwen2 "
-            f"architecture) in {out_dir}")
-        pretrain(model, tokenizer, pairs, spec, log=log)
+        log(f"building the {name} ({n_params / 1e6:.2f}M parameters, Qwen2 architecture) in {out_dir}")
+        train(model)
     return save_folder(model, tokenizer, out_dir)
 
 

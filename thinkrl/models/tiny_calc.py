@@ -10,10 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from thinkrl.data import calc
-from thinkrl.models.tiny import TinyModelSpec, _make_model, build_tokenizer, save_folder, train_on
+from thinkrl.models.tiny import TinyModelSpec, build_tokenizer, seeded_build, train_on
 from thinkrl.rollout.tool_turns import ToolTurnTokens
 
 
@@ -54,11 +52,6 @@ def build_calc_model(out_dir: str | Path, spec: CalcModelSpec = CalcModelSpec(),
     turn_tokens = ToolTurnTokens(tokenizer, end_of_turn_ids=[tokenizer.eos_token_id])
     encoded = [encode_dialogue(tokenizer, turn_tokens, q, turns, [answers[q]] * (len(turns) - 1))
                for q, turns in dialogues]
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(spec.seed)
-        model = _make_model(spec, tokenizer)
-        n_params = sum(p.numel() for p in model.parameters())
-        log(f"building the tiny calculator model ({n_params / 1e6:.2f}M parameters, Qwen2 "
-            f"architecture) in {out_dir}")
-        train_on(model, encoded, spec, pad_token_id=tokenizer.pad_token_id, log=log)
-    return save_folder(model, tokenizer, out_dir)
+    return seeded_build(spec, tokenizer, out_dir, name="tiny calculator model", log=log,
+                        train=lambda model: train_on(model, encoded, spec,
+                                                     pad_token_id=tokenizer.pad_token_id, log=log))
