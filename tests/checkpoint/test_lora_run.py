@@ -18,8 +18,9 @@ from thinkrl.checkpoint.sharded import OPTIMIZER_FILE
 from thinkrl.checkpoint.verify import sha256_file
 from thinkrl.cli import main, recipe_path
 from thinkrl.config import load_config
-from thinkrl.records import TrainBatch
 from thinkrl.trainer import train
+
+from train_batches import random_advantage_batch
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("peft")
@@ -95,10 +96,7 @@ def test_the_reference_is_the_base_model_while_the_adapter_trains(asset_cache, t
         rollouts = run.roles.engine.generate(run.state.train_loader.next_batch(), run.spec.sampling)
         seqs, r = rollouts.sequences(), rollouts.response_ids.shape[1]
         old = run.roles.actor.compute_log_prob(*seqs, response_length=r)
-        advantages = torch.randn(len(rollouts), 1, generator=torch.Generator().manual_seed(0))
-        batch = TrainBatch(*seqs, response_mask=rollouts.response_mask.float(),
-                           advantages=advantages.expand(-1, r) * rollouts.response_mask,
-                           old_logprobs=old, ref_logprobs=old)
+        batch = random_advantage_batch(rollouts, old)
         for _ in range(3):
             run.roles.actor.update_policy(batch)
         base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)

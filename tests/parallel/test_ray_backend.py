@@ -20,8 +20,9 @@ import torch
 from thinkrl.build import build_run
 from thinkrl.cli import recipe_path
 from thinkrl.config import load_config
-from thinkrl.records import TrainBatch
 from thinkrl.trainer import train
+
+from train_batches import random_advantage_batch
 
 pytestmark = pytest.mark.slow
 assert os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"  # conftest: loopback only
@@ -70,10 +71,7 @@ def test_two_ranks_update_equals_one_process(asset_cache, tiny_model_dir, tmp_pa
         ref_ray = sharded.roles.reference.compute_ref_log_prob(*seqs, response_length=r)
         torch.testing.assert_close(ref_ray, old_local, rtol=0, atol=1e-5)  # no update yet
 
-        advantages = torch.randn(len(rollouts), 1, generator=torch.Generator().manual_seed(0))
-        batch = TrainBatch(*seqs, response_mask=rollouts.response_mask.float(),
-                           advantages=advantages.expand(-1, r) * rollouts.response_mask,
-                           old_logprobs=old_local, ref_logprobs=old_local)
+        batch = random_advantage_batch(rollouts, old_local)
         m_local = local.roles.actor.update_policy(batch)
         m_ray = sharded.roles.actor.update_policy(batch)
         for key in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm",
@@ -152,10 +150,7 @@ def test_ranks_whose_responses_end_at_different_steps_train_and_validate(
         real = rollouts.response_mask.bool()  # the shared-prompt pass leaves padding columns 0
         torch.testing.assert_close(sharded.roles.actor.compute_log_prob(*seqs, response_length=r)[real],
                                    old[real], rtol=0, atol=1e-5)
-        advantages = torch.randn(len(rollouts), 1, generator=torch.Generator().manual_seed(0))
-        batch = TrainBatch(*seqs, response_mask=rollouts.response_mask.float(),
-                           advantages=advantages.expand(-1, r) * rollouts.response_mask,
-                           old_logprobs=old, ref_logprobs=old)
+        batch = random_advantage_batch(rollouts, old)
         [mini] = plan_mini_batches(batch, mini_batch_size=8, epochs=1, shuffle=False,
                                    generator=None, response_length=48)
         counts = [len(micro_batch_rows(mini.batch.attention_mask[rows].sum(-1), micro_batch_size=8,

@@ -14,7 +14,8 @@ import torch
 from thinkrl.build import build_run
 from thinkrl.cli import recipe_path
 from thinkrl.config import load_config
-from thinkrl.records import TrainBatch
+
+from train_batches import random_advantage_batch
 
 pytestmark = pytest.mark.slow
 assert os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"  # conftest: loopback only
@@ -59,10 +60,7 @@ def test_two_ranks_train_the_adapter_as_one_process_does(asset_cache, tiny_model
         old_local = local.roles.actor.compute_log_prob(*seqs, response_length=r)
         torch.testing.assert_close(sharded.roles.actor.compute_log_prob(*seqs, response_length=r)[real],
                                    old_local[real], rtol=0, atol=1e-5)
-        advantages = torch.randn(len(rollouts), 1, generator=torch.Generator().manual_seed(0))
-        batch = TrainBatch(*seqs, response_mask=rollouts.response_mask.float(),
-                           advantages=advantages.expand(-1, r) * rollouts.response_mask,
-                           old_logprobs=old_local, ref_logprobs=old_local)
+        batch = random_advantage_batch(rollouts, old_local)
         m_local = local.roles.actor.update_policy(batch)
         m_ray = sharded.roles.actor.update_policy(batch)
         for key in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm", "actor/lr"):

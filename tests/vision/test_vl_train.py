@@ -16,6 +16,7 @@ from thinkrl.data.prep import PrepRequest, prepare
 from thinkrl.report import render_report
 from thinkrl.trainer import train
 
+from train_batches import random_advantage_batch
 from vl_helpers import SEED_004, SHARED, seed_004_overrides, small_run
 
 pytestmark = pytest.mark.slow
@@ -146,7 +147,6 @@ def test_image_and_text_prompts_on_two_ray_ranks_equal_one_process(asset_cache, 
     from thinkrl.build import build_run
     from thinkrl.data.prep.examples import Example, to_verl_rows, write_rows
     from thinkrl.data.synthetic import INSTRUCTION
-    from thinkrl.records import TrainBatch
     drawn = pq.read_table(write_splits(tmp_path / "img", train=2, test=1)["train"]).to_pylist()
     text = to_verl_rows([Example(question=f"What is {a} + 1?", ground_truth=str(a + 1),
                                  data_source="thinkrl/arith", ability="math") for a in (3, 5)],
@@ -181,11 +181,7 @@ def test_image_and_text_prompts_on_two_ray_ranks_equal_one_process(asset_cache, 
         ray_rollouts = sharded.roles.engine.generate(prompts, sharded.spec.sampling)
         assert len(ray_rollouts) == len(rollouts)
 
-        advantages = torch.randn(len(rollouts), 1, generator=torch.Generator().manual_seed(0))
-        batch = TrainBatch(*seqs, response_mask=rollouts.response_mask.float(),
-                           advantages=advantages.expand(-1, r) * rollouts.response_mask,
-                           old_logprobs=old_local, ref_logprobs=old_local,
-                           model_inputs=rollouts.model_inputs)
+        batch = random_advantage_batch(rollouts, old_local)
         m_local = local.roles.actor.update_policy(batch)
         m_ray = sharded.roles.actor.update_policy(batch)
         for key in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm"):

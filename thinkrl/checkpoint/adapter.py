@@ -71,10 +71,7 @@ def load_adapter(model: torch.nn.Module, optimizer: torch.optim.Optimizer, lora:
     tensors = lora.load_tensors(folder / files.hf_dir)
     saved_optimizer = torch.load(folder / files.optimizer_file, map_location="cpu", weights_only=True)
     if not is_sharded(model):
-        params = dict(model.named_parameters())
-        with torch.no_grad():
-            for name, tensor in tensors.items():
-                params[name].copy_(tensor.to(params[name].device, params[name].dtype))
+        model.load_state_dict(tensors, strict=False)  # exactly the adapter's tensors (load_tensors)
         optimizer.load_state_dict(saved_optimizer)
         return
     from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,

@@ -70,10 +70,10 @@ def _adapter_problems(model) -> list[str]:
                         f"set {KEY}.lora_rank={saved.get('r')} {KEY}.lora_alpha={saved.get('lora_alpha')}")
     if saved.get("use_dora") or saved.get("use_rslora"):
         problems.append(f"{where}: DoRA and rsLoRA adapters are not supported; save a plain LoRA adapter")
-    variants = ("use_dora", "use_rslora", "use_bdlora", "alora_invocation_tokens", "arrow_config", "lora_ga_config",
-                "use_qalora", "mica_config")
-    if any(saved.get(key) for key in variants[2:]):
-        problems.append(f"{where}: a LoRA variant ({', '.join(k for k in variants if saved.get(k))}); "
+    other_variants = [key for key in ("use_bdlora", "alora_invocation_tokens", "arrow_config", "lora_ga_config",
+                                      "use_qalora", "mica_config") if saved.get(key)]
+    if other_variants:
+        problems.append(f"{where}: a LoRA variant ({', '.join(other_variants)}); "
                         "thinkrl trains plain LoRA matrices only")
     if saved.get("bias", "none") != "none" or saved.get("modules_to_save") or saved.get("fan_in_fan_out") \
             or saved.get("lora_bias"):

@@ -35,6 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from thinkrl.models.lora import merged_weight
+
 # model_type values whose decoder layer is exactly: RMSNorm -> attention with
 # RoPE (q/k/v biases optional) -> residual -> RMSNorm -> SiLU-gated MLP -> residual.
 _PLAIN_DECODERS = ("llama", "qwen2", "mistral")
@@ -117,7 +119,7 @@ def projection_weight(module: torch.nn.Module) -> Tensor:
     if module.disable_adapters:
         return weight
     (name,) = module.active_adapters
-    return weight + module.scaling[name] * (module.lora_B[name].weight @ module.lora_A[name].weight)
+    return merged_weight(weight, module.lora_A[name].weight, module.lora_B[name].weight, module.scaling[name])
 
 
 def projection_bias(module: torch.nn.Module) -> Tensor | None:

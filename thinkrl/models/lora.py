@@ -245,11 +245,13 @@ def _check_adapted_layers(lora: Lora, settings: LoraSettings) -> None:
 
 def load_adapter_weights(lora: Lora, folder: str | Path) -> None:
     """Copy a saved adapter's tensors into the (unsharded) module."""
-    tensors = lora.load_tensors(folder)
-    params = dict(lora.model.named_parameters())
-    with torch.no_grad():
-        for name, tensor in tensors.items():
-            params[name].copy_(tensor.to(params[name].device, params[name].dtype))
+    lora.model.load_state_dict(lora.load_tensors(folder), strict=False)  # exactly the adapter's: checked
+
+
+def merged_weight(weight: Tensor, a: Tensor, b: Tensor, scale: float) -> Tensor:
+    """W + s B A [out, in] for W [out, in], A [r, in], B [out, r]: summed in
+    float32, returned in W's dtype, out of place (W is never changed)."""
+    return (weight.float() + scale * (b.float() @ a.float())).to(weight.dtype)
 
 
 def merged_tensors(named: Iterable[tuple[str, Tensor]], scalings: dict[str, float]
@@ -272,9 +274,8 @@ def merged_tensors(named: Iterable[tuple[str, Tensor]], scalings: dict[str, floa
         parts[base_part or lora_part] = tensor
         if len(parts) == 3:
             del pending[module]
-            weight = parts["weight"]
-            delta = parts["lora_B"].float() @ parts["lora_A"].float()
-            yield f"{module}.weight", (weight.float() + scalings[module] * delta).to(weight.dtype)
+            yield f"{module}.weight", merged_weight(parts["weight"], parts["lora_A"], parts["lora_B"],
+                                                    scalings[module])
     if pending:
         raise RuntimeError(f"adapted modules without all of base weight, A and B: {sorted(pending)[:3]}")
 

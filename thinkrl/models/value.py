@@ -80,13 +80,12 @@ def value_model_skeleton(path: str, *, dtype: torch.dtype, trust_remote_code: bo
     return prepare_for_training(model, device=None, gradient_checkpointing=gradient_checkpointing)
 
 
-def value_head(model: torch.nn.Module) -> torch.nn.Module:
-    """The token-classification head (transformers names it `score` for
-    Llama/Qwen2-style decoders, `classifier` for others)."""
+def value_head_name(model: torch.nn.Module) -> str:
+    """The attribute holding the token-classification head (transformers
+    names it `score` for Llama/Qwen2-style decoders, `classifier` for others)."""
     for name in ("score", "classifier"):
-        head = getattr(model, name, None)
-        if isinstance(head, torch.nn.Module):
-            return head
+        if isinstance(getattr(model, name, None), torch.nn.Module):
+            return name
     raise ValueError(f"{type(model).__name__} has no score or classifier head: critic.model.lora_rank "
                      "cannot tell the value head from the decoder; use critic.model.lora_rank=0")
 

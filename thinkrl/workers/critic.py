@@ -29,7 +29,7 @@ from thinkrl.config.schema import CriticConfig
 from thinkrl.models.forward import in_micro_batches
 from thinkrl.models.loading import check_model_fits
 from thinkrl.models.lora import Lora, LoraSettings, attach_lora
-from thinkrl.models.value import load_value_model, response_values, value_head, value_model_skeleton
+from thinkrl.models.value import load_value_model, response_values, value_head_name, value_model_skeleton
 from thinkrl.parallel import fsdp
 from thinkrl.records import CriticBatch
 from thinkrl.workers.learner import Learner, critic_update_spec
@@ -138,10 +138,9 @@ def build_critic(spec, *, device: torch.device, autocast: Callable[[], ContextMa
 
     def with_lora(model: torch.nn.Module) -> torch.nn.Module:
         if settings is not None:
-            head = value_head(model)
-            names = [name for name, module in model.named_modules() if module is head]
-            held.append(attach_lora(model, settings.excluding(names[0].rsplit(".", 1)[-1])))
-            head.requires_grad_(True)
+            head = value_head_name(model)
+            held.append(attach_lora(model, settings.excluding(head)))
+            getattr(model, head).requires_grad_(True)
         return model
 
     def load() -> torch.nn.Module:
