@@ -14,7 +14,7 @@ import sys
 
 from thinkrl.commands.common import recipe_path  # noqa: F401  (public: tests and users)
 
-COMMANDS = ("train", "prep", "eval", "report", "export", "doctor", "config")
+COMMANDS = ("train", "rehearse", "prep", "eval", "report", "export", "doctor", "config")
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -102,7 +102,8 @@ GRPO_MAPPED = {
                                "algorithm.use_kl_in_reward": False},
     # 4 prompts per data-parallel rank; actor 4 NPUs / (TP4 x PP1) = 1 rank
     "rl_config.mini_batch_size": {f"{ARR}.actor.ppo_mini_batch_size": 4},
-    "rl_config.max_prompt_length": {"data.max_prompt_length": 256},
+    # MindSpeed-RL's datasets drop longer prompts (verl's default truncation=error would stop)
+    "rl_config.max_prompt_length": {"data.max_prompt_length": 256, "data.filter_overlong_prompts": True},
     "rl_config.epochs": {f"{ARR}.actor.ppo_epochs": 1},
     "rl_config.clip_ratio": {f"{ARR}.actor.clip_ratio": 0.2},
     "rl_config.entropy_coeff": {f"{ARR}.actor.entropy_coeff": 0.001},

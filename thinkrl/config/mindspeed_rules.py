@@ -75,6 +75,14 @@ _LAYOUT = why("Megatron TP/PP of training: thinkrl shards with FSDP2 straight fr
 _MEGATRON_CKPT = why("a Megatron checkpoint converted from the Hugging Face weights; thinkrl loads "
                      "actor_rollout_ref.model.path (tokenizer_name_or_path) directly")
 _NOT_LOADED = why("no Megatron checkpoint is loaded, so there is no optimizer or RNG state to skip")
+def _max_prompt_length(key: str, value: Any, src: Source) -> Row:
+    # MindSpeed-RL's datasets drop longer prompts (its prompt-length filter,
+    # 2025-05: `sequence_lengths < max_prompt_length`); verl's default would stop the run.
+    return Row(key, value, {"data.max_prompt_length": value, "data.filter_overlong_prompts": True},
+               "longer prompts are dropped, as MindSpeed-RL's datasets drop them (it drops one "
+               "of exactly this length too; thinkrl keeps it)")
+
+
 _NO_REWARD_MODEL = why("reward model settings; thinkrl scores with rule verifiers (no reward model)")
 
 
@@ -320,7 +328,7 @@ RULES: dict[str, dict[str, Rule]] = {
         "kl_ctrl_type": _kl_ctrl,
         "init_kl_coef": _kl_coef,
         "mini_batch_size": _mini_batch,
-        "max_prompt_length": to("data.max_prompt_length"),
+        "max_prompt_length": _max_prompt_length,
         "epochs": to(f"{_ARR}.actor.ppo_epochs"),
         "clip_ratio": to(f"{_ARR}.actor.clip_ratio"),
         "entropy_coeff": to(f"{_ARR}.actor.entropy_coeff",

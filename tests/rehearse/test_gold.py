@@ -1,0 +1,56 @@
+"""The reward on the data's own answers: the best of the gold answer's
+formats against a wrong answer, row by row."""
+
+from __future__ import annotations
+
+from thinkrl.records import Sample
+from thinkrl.rehearse.gold import WRONG_ANSWER, gold_responses, score_gold
+from thinkrl.rewards.scorer import RewardScorer
+
+
+def _samples(source: str, answers: list[str], **extra) -> list[Sample]:
+    return [Sample(data_source=source, ground_truth=a, prompt_text="q", extra_info=dict(extra), index=i)
+            for i, a in enumerate(answers)]
+
+
+def test_gsm8k_and_math_score_their_gold_answers_above_a_wrong_one():
+    for source in ("openai/gsm8k", "HuggingFaceH4/MATH-500"):
+        samples = _samples(source, ["72", "18"])
+        with _builtin() as reward:
+            gold = score_gold(reward, samples, ["a, row 0", "a, row 1"])
+        assert gold.best == [1.0, 1.0] and gold.wrong == [0.0, 0.0], source
+        assert gold.unrewarded == [] and gold.errors == 0
+
+
+def _builtin() -> RewardScorer:
+    from thinkrl.rewards.reward_fn import RewardFnSpec
+
+    return RewardScorer(RewardFnSpec(), num_workers=0)
+
+
+def test_a_reward_reading_the_wrong_field_rewards_no_gold_answer():
+    def reward(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+        return float(solution_str.strip() == str((extra_info or {}).get("solution")))  # not there
+
+    with RewardScorer.from_function(reward) as scorer:
+        gold = score_gold(scorer, _samples("me/task", ["3", "4"]), ["f, row 0", "f, row 1"])
+    assert gold.unrewarded == [0, 1] and gold.best == [0.0, 0.0]
+
+
+def test_a_reward_that_raises_is_counted_with_its_first_row():
+    def reward(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+        if ground_truth == "4":
+            raise KeyError("units")
+        return float(ground_truth in solution_str)
+
+    with RewardScorer.from_function(reward) as scorer:
+        gold = score_gold(scorer, _samples("me/task", ["3", "4"]), ["f, row 0", "f, row 1"])
+    assert gold.errors == len(gold_responses(_samples("me/task", ["4"])[0])) + 1
+    assert "row 1" in gold.first_error and "KeyError" in gold.first_error
+
+
+def test_gold_formats_include_the_worked_solution():
+    [sample] = _samples("openai/gsm8k", ["72"], answer="48 + 24 = 72\n#### 72")
+    written = gold_responses(sample)
+    assert "#### 72" in written and "48 + 24 = 72\n#### 72" in written
+    assert WRONG_ANSWER not in written
