@@ -13,8 +13,9 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "thinkrl"
-BUILDERS = ("thinkrl.trainer", "thinkrl.commands.")
-"""Who may import thinkrl.build: the driver and the commands."""
+BUILDERS = ("thinkrl.trainer", "thinkrl.commands.", "thinkrl.rehearse.")
+"""Who may import thinkrl.build: the driver, the commands and the rehearsal
+(which runs a command's work: a restart, checked to resume before it trains)."""
 
 
 def module_name(path: Path) -> str:

@@ -18,7 +18,8 @@ SEED_004_SIZES = ("data.train_batch_size=512", f"{ARR}.actor.ppo_mini_batch_size
 def test_seed_004_sizes_shrink_to_the_smallest_batch_that_splits_as_the_real_one():
     args = RunArgs(None, SEED_004_SIZES)
     real = args.load()
-    sizes = shrunk_batch(args, real, [])
+    sizes, note = shrunk_batch(args, real, [])
+    assert note is None
     # 5 responses per prompt over 8 ranks in micro-batches of 2: 16 prompts per
     # mini-batch is the least (80 responses, 10 per rank, 5 micro-batches), 2 of them
     assert sizes == ["data.train_batch_size=32", f"{ARR}.actor.ppo_mini_batch_size=16"]
@@ -33,7 +34,7 @@ def test_seed_004_sizes_shrink_to_the_smallest_batch_that_splits_as_the_real_one
 def test_one_mini_batch_stays_one():
     args = RunArgs(None, ("data.train_batch_size=64", f"{ARR}.actor.ppo_mini_batch_size=64",
                           f"{ARR}.rollout.n=8", "trainer.n_gpus_per_node=4"))
-    sizes = shrunk_batch(args, args.load(), [])
+    sizes, _ = shrunk_batch(args, args.load(), [])
     assert validate(args.load(sizes)).mini_batches_per_step == 1
     assert sizes == ["data.train_batch_size=1", f"{ARR}.actor.ppo_mini_batch_size=1"]
 
@@ -52,3 +53,28 @@ def test_the_sample_keeps_every_column_and_names_the_real_rows(tmp_path):
     assert table.to_pylist() == pq.read_table(again.files[0]).to_pylist()  # seeded
     answers = table.column("answer").to_pylist()
     assert sample.real_row(written, 3) == f"{source}, row {answers[3]}"
+
+
+def test_when_only_the_real_sizes_divide_they_are_kept():
+    # micro-batches of 3 responses with 2 per prompt on 2 ranks: 1 or 2 prompts per
+    # mini-batch leave 1 or 2 responses per rank, which 3 does not divide
+    args = RunArgs(None, ("data.train_batch_size=3", f"{ARR}.actor.ppo_mini_batch_size=3",
+                          f"{ARR}.rollout.n=2", "trainer.n_gpus_per_node=2",
+                          f"{ARR}.actor.ppo_micro_batch_size_per_gpu=3",
+                          f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=3",
+                          f"{ARR}.ref.log_prob_micro_batch_size_per_gpu=3"))
+    validate(args.load())
+    sizes, note = shrunk_batch(args, args.load(), [])
+    assert sizes == ["data.train_batch_size=3", f"{ARR}.actor.ppo_mini_batch_size=3"] and note is None
+
+
+def test_a_response_length_the_run_refuses_stays_the_real_one():
+    from thinkrl.rehearse.plan import response_overrides
+
+    args = RunArgs("tiny", ("data.max_response_length=512",))
+    keys, note = response_overrides(args, args.load(), [])
+    assert keys == ["data.max_response_length=32"] and note is None
+    dapo = RunArgs("tiny", ("data.max_response_length=512", "reward_model.overlong_buffer.enable=True",
+                            "reward_model.overlong_buffer.len=128"))
+    keys, note = response_overrides(dapo, dapo.load(), [])
+    assert keys == [] and "the real 512 tokens" in note

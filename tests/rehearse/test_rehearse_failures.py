@@ -93,6 +93,7 @@ def test_a_tp_size_that_does_not_split_the_heads_fails_the_doctor_stage(planted)
     assert "choose tensor_model_parallel_size among 1, 2, 4" in failed.found
 
 
+@pytest.mark.slow
 def test_a_run_that_would_not_resume_fails_the_resume_stage(planted):
     failed, report = planted("trainer.resume_mode=disable")
     assert failed.stage == "resume", report
@@ -100,6 +101,7 @@ def test_a_run_that_would_not_resume_fails_the_resume_stage(planted):
     assert "trainer.resume_mode=auto" in failed.fix
 
 
+@pytest.mark.slow
 def test_the_tiny_recipe_rehearses_end_to_end(planted):
     failed, report = planted()
     assert failed is None, report

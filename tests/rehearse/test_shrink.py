@@ -24,6 +24,7 @@ class _Rollout:
 @pytest.mark.parametrize("tp", [1, 2, 4])
 def test_shrunk_qwen25_7b_keeps_the_architecture_vocabulary_tokens_and_template(tmp_path, tp):
     real = real_model_folder("qwen2.5-7b-instruct-config", tmp_path / "real")
+    before = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in real.iterdir()}
     shrunk = build_shrunk_model(str(real), tmp_path / "small", tensor_parallel=tp)
     big, small = (json.loads((p / "config.json").read_text()) for p in (real, shrunk.path))
     assert small["architectures"] == big["architectures"] == ["Qwen2ForCausalLM"]
@@ -40,7 +41,10 @@ def test_shrunk_qwen25_7b_keeps_the_architecture_vocabulary_tokens_and_template(
     assert small_tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == \
         real_tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     assert len(small_tok) == len(real_tok) and small_tok.eos_token == real_tok.eos_token
-    assert not list(real.glob("*.safetensors"))  # the real folder is left as it was
+    # the real generation settings (two stop ids, sampling defaults), not save_pretrained's
+    assert json.loads((shrunk.path / "generation_config.json").read_text()) == \
+        json.loads((real / "generation_config.json").read_text())
+    assert {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in real.iterdir()} == before
 
 
 def test_shrunk_qwen25_vl_keeps_the_processor_and_a_small_vision_tower(tmp_path):

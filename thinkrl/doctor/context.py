@@ -39,6 +39,9 @@ class DoctorContext:
     """Environment variables (a mapping, so tests can pass their own)."""
     memo: dict[str, Any] = field(default_factory=dict)
     """What one check computed for others (see `remember`), by name."""
+    device: str | None = None
+    """The device kind to judge for ("cuda", "npu", "cpu"); None: this machine's
+    (`thinkrl rehearse` projects the cluster's from a laptop)."""
 
     def remember(self, key: str, compute: Callable[[], Any]) -> Any:
         """`compute()` once per context; a NotChecked it raises is raised again
@@ -85,9 +88,9 @@ class DoctorContext:
 
     @functools.cached_property
     def device_kind(self) -> str:
-        """"cpu", "cuda" or "npu": trainer.device, with `auto` decided as
-        `thinkrl.parallel.device.resolve_device` decides it."""
-        return detect_device_kind(self)
+        """"cpu", "cuda" or "npu": `device` when given, else trainer.device, with
+        `auto` decided as `thinkrl.parallel.device.resolve_device` decides it."""
+        return self.device or detect_device_kind(self)
 
 
 def fetchable(ctx: DoctorContext, path: str) -> str:

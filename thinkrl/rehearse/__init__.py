@@ -8,8 +8,10 @@ config and the doctor's checks, the model, the data, the reward on the
 data's own gold answers (`gold`), 2 training steps with a checkpoint, a
 restart that must continue from it, an export and an eval (`stages`). One
 table says what passed, what failed with its fix, what could not be
-rehearsed here, and what the real run will need (`report`). Nothing is
-written outside the rehearsal's work folder.
+rehearsed here, and what the real run will need (`report`). The run's own
+directory is never written: runs, data samples, the model and logs go to
+the rehearsal's work folder (besides it only the caches every command
+shares, a hub model's config and tokenizer files, and Ray's temporary files).
 """
 
 from __future__ import annotations

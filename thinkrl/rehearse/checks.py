@@ -12,23 +12,31 @@ import re
 from pathlib import Path
 
 from thinkrl.config.schema import Config
+from thinkrl.rehearse.errors import StageFailed, StageWarning
 from thinkrl.rehearse.plan import DataSample
 
 
+def image_path(cell) -> str | None:
+    """The file an image cell names (`{"path": ...}`, `{"image": path}`, a
+    plain path), None for bytes; as `thinkrl.data.images.open_image` reads it."""
+    if isinstance(cell, dict):
+        cell = cell.get("bytes") or cell.get("path") or cell.get("image")
+    return str(cell).removeprefix("file://") if isinstance(cell, (str, Path)) else None
+
+
 def check_image_paths(files: list[Path], *, image_key: str) -> str | None:
-    """The first image path (a `{"path": ...}` cell or a plain string) of any
-    row of `files` that does not exist, with the count; None when all do."""
+    """The first image path of any row of `files` that does not exist, with
+    the count; None when all do (every row is read, not only the sample)."""
     import pyarrow.parquet as pq
 
     missing, first = 0, None
-    for path in files:
+    for path in dict.fromkeys(files):  # val_files may repeat train_files
         if image_key not in pq.read_schema(path).names:
             continue
         for index, cell in enumerate(pq.read_table(path, columns=[image_key]).column(0).to_pylist()):
             for image in cell if isinstance(cell, list) else [cell] if cell else []:
-                named = image.get("path") if isinstance(image, dict) and not image.get("bytes") else \
-                    image if isinstance(image, str) else None
-                if named and not Path(str(named).removeprefix("file://")).expanduser().exists():
+                named = image_path(image)
+                if named and not Path(named).expanduser().exists():
                     missing += 1
                     first = first or f"{path}, row {index}: the image {named} does not exist"
     return None if first is None else f"{first} ({missing} image path(s) missing in all)"
@@ -71,9 +79,18 @@ def loaded_prompts(cfg: Config, *, key: str) -> list:
                       chat_kwargs=chat_kwargs_with_tools(cfg, run_tools(cfg)))
 
 
-def real_rows(text: str, sample: DataSample, sample_file: Path) -> str:
-    """`text` with "row N" (of `sample_file`) said as the real file's row."""
-    return re.sub(r"\brow (\d+)", lambda m: sample.real_row(sample_file, int(m.group(1))), text)
+def real_rows(text: str, sample: DataSample, sample_files: list[Path]) -> str:
+    """The scorer's "data_source X, row N" of a sample file said as the real
+    file's row; kept as is when the rows of several files could be meant."""
+    if len(sample_files) != 1:
+        return text
+
+    def mapped(match: re.Match) -> str:
+        try:
+            return f"{match.group(1)}{sample.real_row(sample_files[0], int(match.group(2)))}"
+        except (KeyError, IndexError):
+            return match.group(0)
+    return re.sub(r"(data_source [^,]+, )row (\d+)", mapped, text, count=1)
 
 
 def gold_finding(cfg: Config, sample: DataSample, *, rows: int) -> str:
@@ -81,7 +98,6 @@ def gold_finding(cfg: Config, sample: DataSample, *, rows: int) -> str:
     raises StageFailed when it raises, hangs, or scores no gold answer above
     a wrong one; StageWarning when some rows' gold answers score no higher."""
     from thinkrl.rehearse.gold import score_gold
-    from thinkrl.rehearse.stages import StageFailed, StageWarning
     from thinkrl.rewards.scorer import RewardScorer
 
     first_file = Path(cfg.data.train_files[0])
@@ -98,13 +114,17 @@ def gold_finding(cfg: Config, sample: DataSample, *, rows: int) -> str:
     if gold.errors or gold.timeouts:
         raise StageFailed(f"the reward raised on {gold.errors} and timed out on {gold.timeouts} of the "
                           f"{gold.answers} answers written for {len(samples)} rows: "
-                          f"{real_rows(gold.first_error or '', sample, first_file)}", fix)
+                          f"{real_rows(gold.first_error or '', sample, [first_file])}", fix)
     bad = gold.unrewarded
     example = (lambda i: f"{where[i]} (ground truth {samples[i].ground_truth!r}: its gold answer "
-                         f"scores {gold.best[i]:g}, a wrong answer {gold.wrong[i]:g})")
-    if len(bad) == len(samples):
+                         f"scores {gold.best[i]:g}, a wrong one at best {gold.wrong[i]:g})")
+    if len(bad) == len(samples) and max(gold.best) <= 0:
         raise StageFailed(f"the reward scores no row's gold answer above a wrong answer "
                           f"({len(samples)} rows), e.g. {example(bad[0])}: the run cannot learn", fix)
+    if len(bad) == len(samples):  # it pays, but a wrong answer as much: a format-only reward?
+        raise StageWarning(f"the reward pays a wrong answer as much as the gold one on every row "
+                           f"({len(samples)} rows), e.g. {example(bad[0])}: it can teach a format, "
+                           "not the answers", fix)
     if bad:
         raise StageWarning(f"{len(bad)} of {len(samples)} rows' gold answers score no higher than a "
                            f"wrong answer, e.g. {example(bad[0])}", fix)
@@ -149,14 +169,14 @@ def kept_reward_warnings():
 
 
 def response_reward_failure(metrics: list[dict], reasons: list[str], sample: DataSample,
-                            train_file: Path) -> tuple[str, str] | None:
+                            train_files: list[Path]) -> tuple[str, str] | None:
     """(found, fix) when the reward raised or timed out on responses of the
     shrunken model during training; None when it scored them all."""
     errors = sum(m.get("reward/errors", 0) for m in metrics)
     timeouts = sum(m.get("reward/timeouts", 0) for m in metrics)
     if not errors and not timeouts:
         return None
-    first = real_rows(reasons[0], sample, train_file) if reasons else "(no message)"
+    first = real_rows(reasons[0], sample, train_files) if reasons else "(no message)"
     return (f"the reward failed on {errors:g} and timed out on {timeouts:g} of the shrunken "
             f"model's responses: {first}",
             "make the reward function return a number for any response text (a wrong or "
@@ -167,7 +187,6 @@ def resume_from_checkpoint(cfg: Config, *, expect: int, log) -> str:
     """Start the run again as a restarted cluster job would: it must continue
     from step `expect`'s checkpoint and train one more step."""
     from thinkrl.build import build_run
-    from thinkrl.rehearse.stages import StageFailed
     from thinkrl.trainer import train_run
 
     run = build_run(cfg, log=log)
@@ -193,7 +212,6 @@ def check_exported(out: Path, *, like: Path) -> str:
     from transformers import AutoConfig, AutoTokenizer
 
     from thinkrl.rehearse.shrink import architecture_of
-    from thinkrl.rehearse.stages import StageFailed
 
     AutoConfig.from_pretrained(out)
     tokenizer = AutoTokenizer.from_pretrained(out)

@@ -16,16 +16,32 @@ MARKERS = ("<think>", "<answer>", "####", "\\boxed")
 """Format marks a rule reward may require of an answer, which the prompt must then ask for."""
 
 
+def formatted(answer: str) -> list[str]:
+    """`answer` as plain text and in the formats rule rewards read."""
+    return [answer, f"#### {answer}", f"The answer is \\boxed{{{answer}}}.",
+            f"<think>\nThe answer is {answer}.\n</think>\n<answer>\\boxed{{{answer}}}</answer>",
+            f"<think>\nThe answer is {answer}.\n</think>\n<answer>{answer}</answer>"]
+
+
 def gold_responses(sample: Sample) -> list[str]:
-    """The gold answer of `sample` in the formats rule rewards read."""
-    answer = sample.ground_truth
-    written = [answer, f"#### {answer}", f"The answer is \\boxed{{{answer}}}.",
-               f"<think>\nThe answer is {answer}.\n</think>\n<answer>\\boxed{{{answer}}}</answer>",
-               f"<think>\nThe answer is {answer}.\n</think>\n<answer>{answer}</answer>"]
+    """The gold answer of `sample` in every format, and its worked solution when the row has one."""
+    written = formatted(sample.ground_truth)
     solution = sample.extra_info.get("answer") if isinstance(sample.extra_info, dict) else None
     if isinstance(solution, str) and solution.strip() and solution not in written:
         written.append(solution)  # e.g. GSM8K's worked solution ending "#### 72"
     return written
+
+
+def wrong_responses(sample: Sample) -> list[str]:
+    """A wrong answer, plain and in the same formats: a reward may pay for the
+    format alone, so the gold answer must beat a wrong one written alike."""
+    try:
+        number = float(sample.ground_truth.replace(",", ""))
+    except ValueError:
+        value = "0"
+    else:
+        value = str(int(number) + 1) if number.is_integer() else str(number + 1)
+    return [WRONG_ANSWER, *formatted(value)]
 
 
 @dataclass(frozen=True)
@@ -35,7 +51,7 @@ class GoldScores:
     best: list[float]
     """Per row: the best score over the gold answer's formats."""
     wrong: list[float]
-    """Per row: the score of a wrong answer."""
+    """Per row: the best score of a wrong answer (over the same formats)."""
     answers: int
     """Answers scored (every format of every row, and a wrong one per row)."""
     errors: int
@@ -54,24 +70,25 @@ class GoldScores:
 def score_gold(reward, samples: list[Sample], rows: list[str]) -> GoldScores:
     """Score every sample's gold answers and a wrong answer with `reward` (a
     `RewardScorer`: its workers and deadline, as in training)."""
-    texts, owners = [], []
+    texts, owners, is_gold = [], [], []
     for i, sample in enumerate(samples):
-        for text in [*gold_responses(sample), WRONG_ANSWER]:
-            texts.append(text)
-            owners.append(i)
+        for gold, written in ((True, gold_responses(sample)), (False, wrong_responses(sample))):
+            texts += written
+            owners += [i] * len(written)
+            is_gold += [gold] * len(written)
     result = reward.score(texts, [samples[i] for i in owners])
     best = [float("-inf")] * len(samples)
-    wrong = [0.0] * len(samples)
-    scored = list(zip(texts, owners, result.scores.tolist()))
-    for text, owner, score in scored:
-        if text == WRONG_ANSWER:
-            wrong[owner] = score
-        else:
+    wrong = [float("-inf")] * len(samples)
+    scored = list(zip(texts, owners, is_gold, result.scores.tolist()))
+    for _, owner, gold, score in scored:
+        if gold:
             best[owner] = max(best[owner], score)
+        else:
+            wrong[owner] = max(wrong[owner], score)
     unasked = []
     for i, sample in enumerate(samples):
-        winners = [text for text, owner, score in scored
-                   if owner == i and text != WRONG_ANSWER and score == best[i] > wrong[i]]
+        winners = [text for text, owner, gold, score in scored
+                   if owner == i and gold and score == best[i] > wrong[i]]
         needed = [m for m in MARKERS if winners and all(m in text for text in winners)]
         unasked.append(tuple(m for m in needed if m not in sample.prompt_text))
     return GoldScores(rows=rows, best=best, wrong=wrong, answers=len(texts), errors=result.errors,

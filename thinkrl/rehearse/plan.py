@@ -83,10 +83,17 @@ def vllm_missing(*, vision: bool) -> str | None:
     return None
 
 
+WAIT_S = 600
+"""trainer.ray_wait_timeout_s of a rehearsal: a hang is named within the 10 minutes a rehearsal takes."""
+
+
 def layout_overrides(layout: Layout) -> list[str]:
+    """This host's CPU, the same ranks, a Ray cluster of its own (Ray's files
+    in its default temporary folder, not the cluster's), the chosen engine."""
     rollout = f"{ARR}.rollout"
     keys = ["trainer.device=cpu", "trainer.nnodes=1", f"trainer.n_gpus_per_node={layout.ranks}",
-            "trainer.ray_address=null", f"{rollout}.name={layout.engine}"]
+            "trainer.ray_address=null", "trainer.ray_tmpdir=null",
+            f"trainer.ray_wait_timeout_s={WAIT_S}", f"{rollout}.name={layout.engine}"]
     if layout.engine == "vllm":  # vLLM's CPU build: float32, no CUDA graphs
         keys += [f"{rollout}.dtype=float32", f"{rollout}.enforce_eager=True"]
     else:
@@ -94,33 +101,69 @@ def layout_overrides(layout: Layout) -> list[str]:
     return keys
 
 
-def shrunk_batch(args: RunArgs, real: Config, base: list[str]) -> list[str]:
+def shrunk_batch(args: RunArgs, real: Config, base: list[str]) -> tuple[list[str], str | None]:
     """The smallest batch overrides under which the run's checks still pass
     with the real micro-batch sizes, ranks and `rollout.n`: mini-batches of
     the fewest prompts that split evenly over the ranks and micro-batches,
-    min(real, MINI_BATCHES) of them per step."""
+    min(real, MINI_BATCHES) of them per step (the critic's mini-batch alike);
+    and a note when no smaller size passes (the real sizes then run)."""
     from thinkrl.config.checks import validate
+    from thinkrl.config.critic_checks import uses_critic
 
     real_mini = real.actor_rollout_ref.actor.ppo_mini_batch_size
     mini_batches = min(real.data.train_batch_size // max(real_mini, 1), MINI_BATCHES) or 1
     for mini in range(1, real_mini + 1):
         sizes = [f"data.train_batch_size={mini * mini_batches}",
                  f"{ARR}.actor.ppo_mini_batch_size={mini}"]
+        if uses_critic(real) and real.critic.ppo_mini_batch_size is not None:
+            sizes.append(f"critic.ppo_mini_batch_size={mini}")
         try:
             validate(args.load([*base, *sizes]))
         except ValueError:
             continue
-        return sizes
-    return []  # nothing smaller divides as the real sizes do: keep them
+        return sizes, None
+    return [], ("batch sizes: no smaller data.train_batch_size / ppo_mini_batch_size passes the "
+                "run's checks with its micro-batches and ranks, so the real sizes ran")
 
 
-def response_overrides(real: Config) -> list[str]:
+def response_overrides(args: RunArgs, real: Config, base: list[str]) -> tuple[list[str], str | None]:
+    """Responses of min(real, RESPONSE_TOKENS) tokens, unless the run's checks
+    then fail (e.g. DAPO's overlong buffer needs the real length): the note says so."""
+    from thinkrl.config.checks import validate
+
     rollout, data = real.actor_rollout_ref.rollout, real.data
     length = min(rollout.response_length or data.max_response_length, RESPONSE_TOKENS)
     keys = [f"data.max_response_length={length}"]
     if rollout.response_length is not None:
         keys.append(f"{ARR}.rollout.response_length={length}")
-    return keys
+    try:
+        validate(args.load([*base, *keys]))
+    except ValueError:
+        return [], (f"response length: the real {rollout.response_length or data.max_response_length} "
+                    f"tokens (the run's checks refuse {length}, e.g. an overlong buffer longer)")
+    return keys, None
+
+
+def model_overrides(real: Config, shrunk: Path) -> tuple[list[str], list[str]]:
+    """Every model path of the run pointed at the shrunken model (no real
+    weight is loaded), and what that changes (notes)."""
+    from thinkrl.config.critic_checks import uses_critic
+
+    model = real.actor_rollout_ref.model
+    keys, notes = [f"{ARR}.model.path={shrunk}"], []
+    if uses_critic(real) and real.critic.model.path not in (None, model.path):
+        keys.append(f"critic.model.path={shrunk}")
+        notes.append(f"critic.model.path={real.critic.model.path}: the critic starts from the "
+                     "shrunken policy model (its own weights are not loaded)")
+    if model.lora_adapter_path:
+        keys.append(f"{ARR}.model.lora_adapter_path=null")
+        notes.append(f"model.lora_adapter_path={model.lora_adapter_path}: an adapter of the real "
+                     "model does not fit the shrunken one; a fresh adapter trained")
+    if real.algorithm.filter_groups.enable:
+        keys.append("algorithm.filter_groups.enable=False")
+        notes.append("algorithm.filter_groups (DAPO's dynamic sampling) off: a random model's "
+                     "responses all score alike, so it would keep no group")
+    return keys, notes
 
 
 def run_overrides(run_dir: Path, *, steps: int, save_freq: int, resume_mode: str) -> list[str]:

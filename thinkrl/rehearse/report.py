@@ -28,6 +28,8 @@ class Projection:
     """(micro-batch per device, estimated peak bytes) for each size tried."""
     asked: int
     """The real run's micro-batch per device."""
+    dynamic: bool
+    """use_dynamic_bsz: the micro-batches are token budgets, not counts."""
     capacity: int
     device: str
     assumed: str
@@ -46,6 +48,12 @@ class Projection:
                                                                   key=lambda kv: -kv[1]) if v >= 0.01)
         peaks = ", ".join(f"{b}: {gib(p)}" for b, p in self.micro_batches)
         fit = self.largest_fitting
+        memory = (f"of {gib(self.capacity)} per {self.device} device ({self.assumed}); estimated "
+                  f"peak by micro-batch: {peaks}")
+        micro = (f"largest micro-batch per device that fits: {fit if fit is not None else 'none'} "
+                 f"(the run asks {self.asked}) {memory}" if not self.dynamic else
+                 "micro-batches are token budgets (use_dynamic_bsz, ppo_max_token_len_per_gpu): "
+                 f"the largest that fits is not projected; for reference, {memory}")
         return [
             f"tokens per step: ~{self.tokens_per_step:,} = {self.responses} responses x "
             f"({self.prompt_tokens:.0f} prompt tokens, the mean of the rows sampled with the real "
@@ -53,9 +61,7 @@ class Projection:
             "data.max_response_length upper bound)",
             f"time split of a rehearsal step: {split or 'not measured'} (the shrunken model's "
             "shares: on the cluster generation's share grows with the response length)",
-            f"largest micro-batch per device that fits: {fit if fit is not None else 'none'} "
-            f"(the run asks {self.asked}) of {gib(self.capacity)} per {self.device} device "
-            f"({self.assumed}); estimated peak by micro-batch: {peaks}",
+            micro,
         ]
 
 
@@ -89,15 +95,15 @@ def project(real: Config, *, prompt_tokens: list[int], last_step: dict,
     for micro in (b for b in range(1, per_device + 1) if per_device % b == 0):
         cfg = copy.deepcopy(real)
         cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu = micro
-        ctx = DoctorContext(cfg)
-        ctx.__dict__["device_kind"] = device  # the cluster's kind, not this machine's
+        ctx = DoctorContext(cfg, device=device)  # the cluster's kind, not this machine's
         tried.append((micro, estimate_memory(ctx, capacity=capacity).peak))
         if tried[-1][1] > capacity and len(tried) > 1 and tried[-2][1] > capacity:
             break  # larger micro-batches only need more
     return Projection(prompts=sizes.prompts_per_step, responses=sizes.responses_per_step,
                       prompt_tokens=sum(prompt_tokens) / max(len(prompt_tokens), 1),
                       response_tokens=sizes.response_length, time_split=time_split(last_step),
-                      micro_batches=tried, asked=sizes.micro_batch_size_per_device, capacity=capacity, device=device,
+                      micro_batches=tried, asked=sizes.micro_batch_size_per_device,
+                      dynamic=real.actor_rollout_ref.actor.use_dynamic_bsz, capacity=capacity, device=device,
                       assumed=f"{assumed}; the doctor's memory formulas, docs/memory.md")
 
 

@@ -13,6 +13,7 @@ shrunken vision tower with the real image processor.
 from __future__ import annotations
 
 import copy
+import fnmatch
 import json
 import math
 import shutil
@@ -21,9 +22,9 @@ from pathlib import Path
 
 import torch
 
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".msgpack", ".h5", ".gguf")
 SIDE_FILE_PATTERNS = ["*.json", "*.txt", "*.model", "*.jinja", "*.tiktoken", "*.py"]
-"""What is fetched of a hub model: configs, tokenizer, template and processor files."""
+"""What is taken of the real model (a folder, or fetched from the hub): configs,
+tokenizer, chat template and processor files; never weights."""
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,6 @@ def build_shrunk_model(real_path: str, out_dir: Path, *, tensor_parallel: int = 
     vision = getattr(config, "vision_config", None) is not None
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    copy_side_files(Path(source), out_dir)
     model = _random_model(config, vision=vision, seed=spec.seed, trust_remote_code=trust_remote_code)
     from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()  # the rehearsal prints one table, not save bars
@@ -132,6 +132,9 @@ def build_shrunk_model(real_path: str, out_dir: Path, *, tensor_parallel: int = 
     if isinstance(dtype, torch.dtype) and dtype.is_floating_point:
         model = model.to(dtype)  # saved as the real weights are, so `dtype=auto` means the same
     model.save_pretrained(out_dir)
+    # after the save: it writes a generation_config.json of its own, and the real
+    # one (stop ids, sampling defaults) is what the run reads
+    copy_side_files(Path(source), out_dir)
     return ShrunkModel(path=out_dir, real_type=real.model_type,
                        architecture=(config.architectures or [type(model).__name__])[0],
                        parameters=sum(p.numel() for p in model.parameters()), summary=summary)
@@ -167,12 +170,13 @@ def side_files_folder(path: str) -> str:
 
 
 def copy_side_files(source: Path, out_dir: Path) -> list[str]:
-    """Every file of `source` but the weights and their index, and config.json
-    (written shrunken): tokenizer, chat template, generation and processor configs."""
+    """The files of `source` matching SIDE_FILE_PATTERNS but config.json (written
+    shrunken) and the weights' index: tokenizer, chat template, generation and
+    processor configs."""
     copied = []
     for item in sorted(source.iterdir()):
-        if (not item.is_file() or item.name == "config.json" or item.suffix in WEIGHT_SUFFIXES
-                or item.name.endswith(".index.json")):
+        if (not item.is_file() or item.name == "config.json" or item.name.endswith(".index.json")
+                or not any(fnmatch.fnmatch(item.name, p) for p in SIDE_FILE_PATTERNS)):
             continue
         shutil.copy(item, out_dir / item.name)
         copied.append(item.name)

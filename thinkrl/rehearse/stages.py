@@ -11,18 +11,22 @@ are listed as not run.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Literal
 
 from thinkrl.config.schema import Config
+from thinkrl.doctor.core import CheckResult
 from thinkrl.errors import problem_and_fix
+from thinkrl.rehearse.errors import StageFailed, StageWarning
 from thinkrl.rehearse.plan import (DataSample, Layout, RunArgs, data_overrides, layout_overrides,
-                                   local_loggers, rehearsal_layout, response_overrides,
-                                   run_overrides, sample_rows, shrunk_batch)
+                                   local_loggers, model_overrides, rehearsal_layout,
+                                   response_overrides, run_overrides, sample_rows, shrunk_batch)
 
 STEPS = 2
 """Steps of the first run; the resume stage continues it to STEPS + 1."""
@@ -30,30 +34,23 @@ GOLD_ROWS = 16
 """Rows whose gold answers the reward stage scores."""
 EVAL_ROWS = 8
 """Validation rows the eval stage generates for."""
+TRAIN_ROWS = 256
+"""Train rows sampled (spread over the train files)."""
 DEVICE_BOUND = ("config/devices", "versions/", "environment/", "disk/", "memory/")
 """Doctor checks about the cluster's devices, software and disks: not judged here."""
 CLUSTER_FAMILIES = ("config", "versions", "environment", "disk")
 """The doctor's families asked about the real config for the cluster's list
 (its memory at full size is the projection's)."""
+LEFT_TO_THE_CLUSTER = ("RAY_ADDRESS", "TENSORBOARD_DIR")
+"""Variables that would send a rehearsal to the cluster's Ray or its event folder."""
 
-
-class StageFailed(Exception):
-    def __init__(self, found: str, fix: str) -> None:
-        super().__init__(found)
-        self.found, self.fix = found, fix
-
-
-class StageWarning(Exception):
-    def __init__(self, found: str, fix: str) -> None:
-        super().__init__(found)
-        self.found, self.fix = found, fix
+Status = Literal["passed", "warned", "failed", "not run"]
 
 
 @dataclass(frozen=True)
 class StageResult:
     stage: str
-    status: str
-    """"passed", "warned", "failed" or "not run"."""
+    status: Status
     seconds: float
     found: str
     fix: str = ""
@@ -69,7 +66,7 @@ class Rehearsal:
     results: list[StageResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     """What the rehearsal changed of the layout or skipped, and why."""
-    not_rehearsed: list = field(default_factory=list)
+    not_rehearsed: list[CheckResult] = field(default_factory=list)
     """The doctor's rows for the cluster (CheckResult), judged there, not here."""
     real: Config | None = None
     layout: Layout | None = None
@@ -86,8 +83,14 @@ class Rehearsal:
     training then shows how the run fails with that reward)."""
 
     def run(self) -> list[StageResult]:
+        self.workdir = self.workdir.expanduser().resolve()  # Ray workers run elsewhere
         self.refuse_real_run_dir()
         self.workdir.mkdir(parents=True, exist_ok=True)
+        with without_variables(LEFT_TO_THE_CLUSTER):
+            self._run_stages()
+        return self.results
+
+    def _run_stages(self) -> None:
         for i, name in enumerate(self.STAGES):
             result = self._timed(name, getattr(self, f"stage_{name}"))
             self.results.append(result)
@@ -96,7 +99,6 @@ class Rehearsal:
                 self.results += [StageResult(later, "not run", 0.0, f"after the {name} stage failed")
                                  for later in self.STAGES[i + 1:]]
                 break
-        return self.results
 
     def refuse_real_run_dir(self) -> None:
         """ValueError when the work folder is the real run's folder or inside it."""
@@ -104,7 +106,7 @@ class Rehearsal:
             real = Path(self.args.load().trainer.default_local_dir).expanduser().resolve()
         except ValueError:
             return  # the config stage reports it
-        work = self.workdir.expanduser().resolve()
+        work = self.workdir
         if work == real or real in work.parents:
             raise ValueError(f"--workdir {self.workdir} is inside the run's own folder {real} "
                              "(trainer.default_local_dir): a rehearsal never writes there; give "
@@ -115,15 +117,17 @@ class Rehearsal:
         try:
             found, status, fix = stage(), "passed", ""
         except StageWarning as err:
-            found, status, fix = err.found, "warned", err.fix
-        except StageFailed as err:
-            found, status, fix = err.found, "failed", err.fix
-        except ValueError as err:  # thinkrl's own checks: the user's mistake, with its fix
-            (found, fix), status = problem_and_fix(err), "failed"
-        except Exception as err:  # noqa: BLE001 - every failure is a finding, with its traceback
+            (found, fix), status = problem_and_fix(err), "warned"
+        except Exception as err:  # noqa: BLE001 - every failure is a finding
+            from thinkrl.exits import is_user_error
+
             self.write_log(f"stage {name}:\n{traceback.format_exc()}")
-            found, status = f"{type(err).__name__}: {err}", "failed"
-            fix = f"the traceback is in {self.workdir / 'rehearsal.log'}"
+            status = "failed"
+            if is_user_error(err):  # thinkrl's own checks: the user's mistake, with its fix
+                found, fix = problem_and_fix(err)
+            else:
+                found = f"{type(err).__name__}: {err}"
+                fix = f"the traceback is in {self.workdir / 'rehearsal.log'}"
         return StageResult(name, status, time.perf_counter() - start, found, fix)
 
     def write_log(self, text: str) -> None:
@@ -145,10 +149,14 @@ class Rehearsal:
         self.real = self.args.load(log=self.write_log)
         sizes = validate(self.real)
         self.layout = rehearsal_layout(self.real, vision=is_vision_model(self.real))
-        self.notes += self.layout.notes
-        loggers, note = local_loggers(self.real)
-        self.notes += [note] if note else []
-        self.base = [*layout_overrides(self.layout), *response_overrides(self.real), *loggers]
+        loggers, logger_note = local_loggers(self.real)
+        self.base = [*layout_overrides(self.layout), *loggers]
+        responses, response_note = response_overrides(self.args, self.real, self.base)
+        self.base += responses
+        self.notes += [*self.layout.notes, *filter(None, (logger_note, response_note))]
+        if self.real.actor_rollout_ref.rollout.multi_turn.enable:
+            self.notes.append("rollout.multi_turn: the tools load (the doctor's data/tools row), "
+                              "but a random model writes no tool call, so no tool ran")
         return (f"{sizes.world_size} device(s), {sizes.prompts_per_step} prompts x "
                 f"{sizes.responses_per_prompt} per step, {sizes.mini_batches_per_step} mini-batch(es)"
                 f", micro-batch {sizes.micro_batch_size_per_device} per device")
@@ -189,7 +197,9 @@ class Rehearsal:
         shrunk = build_shrunk_model(real_path, self.workdir / "model", spec=spec,
                                     tensor_parallel=self.layout.tensor_parallel,
                                     trust_remote_code=model.trust_remote_code)
-        self.base.append(f"actor_rollout_ref.model.path={shrunk.path}")
+        keys, notes = model_overrides(self.real, shrunk.path)
+        self.base += keys
+        self.notes += notes
         return (f"{shrunk.architecture}, {shrunk.parameters / 1e6:.1f}M parameters, random weights "
                 f"({shrunk.summary}); vocabulary, special tokens, rotary and template kept")
 
@@ -206,17 +216,20 @@ class Rehearsal:
             raise StageFailed(missing, f"make every image path of data.{data.image_key} readable "
                                        "from where the run starts (or store the images' bytes)")
         seed = self.real.trainer.seed
-        train = sample_rows(files["train_files"], self.workdir / "data" / "train", rows=256, seed=seed)
+        train = sample_rows(files["train_files"], self.workdir / "data" / "train", rows=TRAIN_ROWS,
+                            seed=seed)
         val = sample_rows(files["val_files"], self.workdir / "data" / "val", rows=EVAL_ROWS, seed=seed)
         self.sample = DataSample(train.files + val.files, {**train.origin, **val.origin})
         self.base += data_overrides(train.files, val.files)
-        self.base += shrunk_batch(self.args, self.real, self.base)
+        sizes, note = shrunk_batch(self.args, self.real, self.base)
+        self.base += sizes
+        self.notes += [note] if note else []
         cfg = self.load()
         prompts = loaded_prompts(cfg, key="train_files")
         self.prompt_tokens = [len(p.ids) for p in prompts]
         loaded_prompts(cfg, key="val_files")
         rows = sum(len(rows) for _, rows in train.origin.values())
-        return (f"{rows} train rows sampled from {len(files['train_files'])} file(s), rendered with "
+        return (f"{rows} train rows sampled over {len(files['train_files'])} file(s), rendered with "
                 f"data.template={data.template} and the real tokenizer: prompts "
                 f"{min(self.prompt_tokens)}-{max(self.prompt_tokens)} tokens "
                 f"(mean {sum(self.prompt_tokens) / len(self.prompt_tokens):.0f})")
@@ -239,7 +252,7 @@ class Rehearsal:
                 raise StageFailed(f"the run stopped itself: {err}", "see the message") from None
         self.step_metrics = read_metrics(self.run_dir)
         failure = response_reward_failure(self.step_metrics, reasons.messages, self.sample,
-                                          Path(cfg.data.train_files[0]))
+                                          [Path(f) for f in cfg.data.train_files])
         if failure is not None:
             raise StageFailed(*failure)
         seconds = [m.get("timing_s/step", 0.0) for m in self.step_metrics]
@@ -266,7 +279,9 @@ class Rehearsal:
         from thinkrl.checkpoint.export import export_checkpoint
         from thinkrl.rehearse.checks import check_exported
 
-        out = export_checkpoint(self.run_dir, self.workdir / "export", log=self.write_log)
+        adapter = self.real.actor_rollout_ref.model.lora_rank > 0  # merged: a model eval can load
+        out = export_checkpoint(self.run_dir, self.workdir / "export", merge=adapter,
+                                log=self.write_log)
         return check_exported(out, like=self.workdir / "model")
 
     def stage_eval(self) -> str:
@@ -280,6 +295,16 @@ class Rehearsal:
         accuracy = ", ".join(f"{k} {v:.2f}" for k, v in sorted(result.metrics().items()) if "/acc/" in k)
         return (f"the exported model answered {len(result.generations) // result.n} sampled "
                 f"validation prompts ({accuracy or 'no accuracy metric'}; random weights score ~0)")
+
+
+@contextlib.contextmanager
+def without_variables(names: tuple[str, ...]):
+    """Within the block these environment variables are unset (restored after)."""
+    saved = {name: os.environ.pop(name) for name in names if name in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
 
 
 def is_vision_model(cfg: Config) -> bool:
