@@ -75,6 +75,8 @@ _LAYOUT = why("Megatron TP/PP of training: thinkrl shards with FSDP2 straight fr
 _MEGATRON_CKPT = why("a Megatron checkpoint converted from the Hugging Face weights; thinkrl loads "
                      "actor_rollout_ref.model.path (tokenizer_name_or_path) directly")
 _NOT_LOADED = why("no Megatron checkpoint is loaded, so there is no optimizer or RNG state to skip")
+
+
 def _max_prompt_length(key: str, value: Any, src: Source) -> Row:
     # MindSpeed-RL's datasets drop longer prompts (its prompt-length filter,
     # 2025-05: `sequence_lengths < max_prompt_length`); verl's default would stop the run.

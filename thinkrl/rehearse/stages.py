@@ -148,7 +148,7 @@ class Rehearsal:
 
         self.real = self.args.load(log=self.write_log)
         sizes = validate(self.real)
-        self.layout = rehearsal_layout(self.real, vision=is_vision_model(self.real))
+        self.layout = rehearsal_layout(self.real, vision=names_a_vision_tower(self.real))
         loggers, logger_note = local_loggers(self.real)
         self.base = [*layout_overrides(self.layout), *loggers]
         responses, response_note = response_overrides(self.args, self.real, self.base)
@@ -307,7 +307,7 @@ def without_variables(names: tuple[str, ...]):
         os.environ.update(saved)
 
 
-def is_vision_model(cfg: Config) -> bool:
+def names_a_vision_tower(cfg: Config) -> bool:
     """The model's config.json names a vision tower (False when it does not
     load: the doctor's model rows say why)."""
     from thinkrl.doctor import DoctorContext, NotChecked
