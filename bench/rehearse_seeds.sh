@@ -9,7 +9,7 @@
 #   THINKRL=.venv-vllm/bin/thinkrl bash bench/rehearse_seeds.sh   # vLLM's CPU build
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-SHARED="${SHARED:-$ROOT/../shared}"
+SHARED="$(realpath "${SHARED:-$ROOT/../shared}")"
 THINKRL="$(realpath "${THINKRL:-$ROOT/.venv/bin/thinkrl}")"
 PY="$(dirname "$THINKRL")/python"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/rehearse-seeds-XXXX")"
@@ -44,6 +44,9 @@ for arg in shlex.split(line):
              .replace("/models/Qwen2.5-VL-7B-Instruct", "Qwen2.5-VL-7B-Instruct"))
 PY
 )
+if [[ ${#LINE[@]} -lt 10 ]]; then  # the seed's command was not found: do not rehearse the default recipe
+  echo "could not read seed 004's launch line from $SHARED/seeds" >&2; exit 1
+fi
 timed "seed 004 (verl launch line)" "$THINKRL" rehearse --workdir rehearsal "${LINE[@]}"
 
 # seed 000: the MindSpeed-RL trainer file as is, its data prepared by its dataset config

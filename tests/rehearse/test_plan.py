@@ -78,3 +78,16 @@ def test_a_response_length_the_run_refuses_stays_the_real_one():
                             "reward_model.overlong_buffer.len=128"))
     keys, note = response_overrides(dapo, dapo.load(), [])
     assert keys == [] and "the real 512 tokens" in note
+
+
+def test_no_model_path_of_the_run_keeps_the_real_weights(tmp_path):
+    from thinkrl.rehearse.plan import model_overrides
+
+    for critic in ("/models/Qwen2.5-7B", "/models/value-7B"):  # the policy's path, or its own
+        real = RunArgs("ppo", (f"{ARR}.model.path=/models/Qwen2.5-7B", f"critic.model.path={critic}",
+                               f"{ARR}.model.lora_adapter_path=/adapters/a")).load()
+        keys, notes = model_overrides(real, tmp_path / "small")
+        assert f"{ARR}.model.path={tmp_path / 'small'}" in keys
+        assert f"critic.model.path={tmp_path / 'small'}" in keys
+        assert f"{ARR}.model.lora_adapter_path=null" in keys
+        assert any("critic.model.path" in n for n in notes) == (critic == "/models/value-7B")

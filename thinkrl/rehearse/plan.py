@@ -151,10 +151,11 @@ def model_overrides(real: Config, shrunk: Path) -> tuple[list[str], list[str]]:
 
     model = real.actor_rollout_ref.model
     keys, notes = [f"{ARR}.model.path={shrunk}"], []
-    if uses_critic(real) and real.critic.model.path not in (None, model.path):
+    if uses_critic(real) and real.critic.model.path is not None:  # None: the policy's path
         keys.append(f"critic.model.path={shrunk}")
-        notes.append(f"critic.model.path={real.critic.model.path}: the critic starts from the "
-                     "shrunken policy model (its own weights are not loaded)")
+        if real.critic.model.path != model.path:
+            notes.append(f"critic.model.path={real.critic.model.path}: the critic starts from the "
+                         "shrunken policy model (its own weights are not loaded)")
     if model.lora_adapter_path:
         keys.append(f"{ARR}.model.lora_adapter_path=null")
         notes.append(f"model.lora_adapter_path={model.lora_adapter_path}: an adapter of the real "
