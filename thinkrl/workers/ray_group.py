@@ -203,16 +203,17 @@ class RayWorkerGroup:
                 try:
                     results[r] = ray.get(ref, timeout=0)
                 except RayActorError as err:
-                    raise WorkerFailed(
-                        f"ray: rank {r} ({self._nodes([r])}) died during {stage} "
-                        f"({type(err).__name__}: killed, out of memory or crashed). The last "
-                        f"complete checkpoint is intact; trainer.resume_mode=auto continues from "
-                        f"it.{self._tails([r])}") from None
+                    raise self._died(r, stage, err) from None
                 except RayTaskError as err:
                     cause = err.cause  # the worker's own exception
                     if isinstance(cause, (ValueError, FloatingPointError)):
                         # a user's mistake or a diverged run: the CLI says it in its own words
                         raise cause from None
+                    # A rank that dies breaks its peers' collectives ("connection closed by
+                    # peer"), and a peer's error may arrive first: name the dead rank.
+                    dead = self._dead_rank(pending, rank_of)
+                    if dead is not None:
+                        raise self._died(*dead, stage) from None
                     raise WorkerFailed(f"ray: rank {r} ({self._nodes([r])}) failed during "
                                        f"{stage}:\n{err}") from None
                 except RayError as err:  # e.g. an exception that did not survive pickling
@@ -221,6 +222,32 @@ class RayWorkerGroup:
                 except GetTimeoutError:  # ready but not fetched in time: try again
                     pending.append(ref)
         return results
+
+    def _died(self, r: int, stage: str, err: BaseException) -> WorkerFailed:
+        return WorkerFailed(
+            f"ray: rank {r} ({self._nodes([r])}) died during {stage} "
+            f"({type(err).__name__}: killed, out of memory or crashed). The last "
+            f"complete checkpoint is intact; trainer.resume_mode=auto continues from "
+            f"it.{self._tails([r])}")
+
+    @staticmethod
+    def _dead_rank(pending: list, rank_of: dict, grace_s: float = 5.0) -> tuple[int, BaseException] | None:
+        """(rank, error) of a pending rank whose actor died, waiting up to `grace_s`
+        for the others to answer; None when none died."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        if not pending:
+            return None
+        ready, _ = ray.wait(pending, num_returns=len(pending), timeout=grace_s)
+        for ref in ready:
+            try:
+                ray.get(ref, timeout=0)
+            except RayActorError as err:
+                return rank_of[ref], err
+            except Exception:  # noqa: BLE001 - another rank's own failure: not a death
+                continue
+        return None
 
     def _nodes(self, ranks: list[int]) -> str:
         return ", ".join(f"rank {r} on {self.places[r]['host']} ({self.places[r]['ip']})"
