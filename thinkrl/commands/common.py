@@ -38,9 +38,11 @@ def console_log() -> Callable[[str], None]:
     return log
 
 
-def load_run_config(config: str | None, overrides: list[str], *, log=print):
+def load_run_config(config: str | None, overrides: list[str], *, log=print, extra: list[str] = ()):
     """The recipe (default: tiny, unless only overrides are given: then verl's
-    defaults, so a verl launch line keeps its meaning) plus the overrides."""
+    defaults, so a verl launch line keeps its meaning) plus the overrides,
+    then `extra` (a tool's own keys, e.g. a rehearsal's: they never change
+    which recipe the user's arguments name)."""
     from thinkrl.config import load_config
 
     name = config or (None if overrides else "tiny")
@@ -48,11 +50,11 @@ def load_run_config(config: str | None, overrides: list[str], *, log=print):
     translation = mindspeed_translation(path)
     if translation is not None:  # MindSpeed-RL's layout: its keys become overrides, the user's win
         log(translation.table())
-        return load_config(None, [*translation.overrides(), *overrides])
+        return load_config(None, [*translation.overrides(), *overrides, *extra])
     log(f"recipe: {path}" if path else
         "recipe: none, verl's defaults + the overrides given "
         "(to change the tiny recipe instead: thinkrl ... --config tiny key=value ...)")
-    return load_config(path, overrides)
+    return load_config(path, [*overrides, *extra])
 
 
 def mindspeed_translation(path: Path | None):

@@ -121,13 +121,20 @@ class RowImages:
         return self.encoder.pixels(self.open())
 
 
+def image_source(value):
+    """What a verl image cell holds: its bytes, or its path (`{"bytes": ...}`,
+    `{"path": ...}`, `{"image": ...}`, or the bytes or path themselves)."""
+    if isinstance(value, dict):
+        return value.get("bytes") or value.get("path") or value.get("image")
+    return value
+
+
 def open_image(value, *, where: str):
     """A PIL RGB image from a verl image cell: {"bytes": ...}, {"path": ...},
     {"image": ...}, raw bytes or a path."""
     from PIL import Image
 
-    if isinstance(value, dict):
-        value = value.get("bytes") or value.get("path") or value.get("image")
+    value = image_source(value)
     try:
         if isinstance(value, (bytes, bytearray)):
             image = Image.open(io.BytesIO(value))

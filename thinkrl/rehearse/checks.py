@@ -17,11 +17,11 @@ from thinkrl.rehearse.plan import DataSample
 
 
 def image_path(cell) -> str | None:
-    """The file an image cell names (`{"path": ...}`, `{"image": path}`, a
-    plain path), None for bytes; as `thinkrl.data.images.open_image` reads it."""
-    if isinstance(cell, dict):
-        cell = cell.get("bytes") or cell.get("path") or cell.get("image")
-    return str(cell).removeprefix("file://") if isinstance(cell, (str, Path)) else None
+    """The file an image cell names, None for bytes (read as `open_image` reads it)."""
+    from thinkrl.data.images import image_source
+
+    source = image_source(cell)
+    return str(source).removeprefix("file://") if isinstance(source, (str, Path)) else None
 
 
 def check_image_paths(files: list[Path], *, image_key: str) -> str | None:

@@ -34,9 +34,7 @@ class RunArgs:
     def load(self, extra: list[str] = (), *, log=lambda _m: None) -> Config:
         from thinkrl.commands.common import load_run_config
 
-        # `thinkrl train` alone is the tiny recipe; the rehearsal's own keys must not change that
-        config = self.config or (None if self.overrides else "tiny")
-        return load_run_config(config, [*self.overrides, *extra], log=log)
+        return load_run_config(self.config, list(self.overrides), log=log, extra=list(extra))
 
 
 @dataclass
