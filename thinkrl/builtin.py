@@ -8,6 +8,8 @@
 - `builtin:calc/train`, `builtin:calc/test`, `builtin:tiny-qwen2-calc`: the
   calculator tool task (`thinkrl.data.calc`) and its tiny model
   (`thinkrl.models.tiny_calc`).
+- `builtin:longtail/train`, `builtin:longtail/test`, `builtin:tiny-qwen2-longtail`:
+  the long-tailed arithmetic task (`thinkrl.data.longtail`) and its tiny model.
 
 Each name resolves to an ordinary path under the cache folder
 (`$THINKRL_CACHE`, default `~/.cache/thinkrl`), so everything after this
@@ -41,9 +43,12 @@ def resolve_data_files(spec: str | list[str], *, log=print) -> str | list[str]:
     name = spec[len(PREFIX):]
     if name in ("calc/train", "calc/test"):
         return str(calc_parquet(log=log) / f"{name.split('/')[1]}.parquet")
+    if name in ("longtail/train", "longtail/test"):
+        return str(longtail_parquet(log=log) / f"{name.split('/')[1]}.parquet")
     if name not in ("arith/train", "arith/test"):
         raise ValueError(f"unknown built-in data set {spec!r}: use builtin:arith/train, "
-                         "builtin:arith/test, builtin:calc/train, builtin:calc/test, or a parquet path")
+                         "builtin:arith/test, builtin:calc/train, builtin:calc/test, "
+                         "builtin:longtail/train, builtin:longtail/test, or a parquet path")
     folder = cache_dir() / "data" / f"arith-{ARITH_TRAIN_SIZE}"
     if not (folder / "test.parquet").exists():
         write_arith_parquet(folder, log=log)
@@ -79,19 +84,40 @@ def calc_parquet(*, log=print) -> Path:
     return folder
 
 
+def longtail_parquet(*, log=print) -> Path:
+    """The folder of the long-tail task's train.parquet and test.parquet
+    (`thinkrl.data.longtail`), rows as `builtin:arith`'s (the GSM8K instruction)."""
+    from thinkrl.data import longtail
+    from thinkrl.data.prep.builtin_arith import INSTRUCTION, to_example
+    from thinkrl.data.prep.examples import to_verl_rows, write_rows
+
+    folder = cache_dir() / "data" / f"longtail-{longtail.TRAIN_SIZE}-{longtail.DATA_SEED}"
+    if not (folder / "test.parquet").exists():
+        train, test = longtail.split_problems(train=longtail.TRAIN_SIZE, test=longtail.TEST_SIZE)
+        for split, problems in (("train", train), ("test", test)):
+            write_rows(to_verl_rows([to_example(p, longtail.DATA_SOURCE) for p in problems], split=split,
+                                    instruction=INSTRUCTION), folder / f"{split}.parquet")
+        log(f"wrote the built-in long-tail task ({len(train)} train / {len(test)} test) to {folder}")
+    return folder
+
+
 def resolve_model_path(path: str, *, log=print) -> str:
-    """Replace `builtin:tiny-qwen2` (or `builtin:tiny-qwen2-calc`) by its folder,
+    """Replace `builtin:tiny-qwen2` (or `-calc`, `-longtail`) by its folder,
     building it the first time."""
     if not is_builtin(path):
         return path
     from thinkrl.models.tiny import TinyModelSpec, build_tiny_model
     from thinkrl.models.tiny_calc import CalcModelSpec, build_calc_model
+    from thinkrl.models.tiny_longtail import LongTailModelSpec, build_longtail_model
 
     builders = {PREFIX + "tiny-qwen2": ("tiny-qwen2", TinyModelSpec(), build_tiny_model),
-                PREFIX + "tiny-qwen2-calc": ("tiny-qwen2-calc", CalcModelSpec(), build_calc_model)}
+                PREFIX + "tiny-qwen2-calc": ("tiny-qwen2-calc", CalcModelSpec(), build_calc_model),
+                PREFIX + "tiny-qwen2-longtail": ("tiny-qwen2-longtail", LongTailModelSpec(),
+                                                 build_longtail_model)}
     if path not in builders:
         raise ValueError(f"unknown built-in model {path!r}: use builtin:tiny-qwen2, "
-                         "builtin:tiny-qwen2-calc, a local Hugging Face folder or a hub model id")
+                         "builtin:tiny-qwen2-calc, builtin:tiny-qwen2-longtail, a local Hugging "
+                         "Face folder or a hub model id")
     name, spec, build = builders[path]
     folder = cache_dir() / "models" / f"{name}-{spec.cache_key()}"
     if not (folder / "config.json").exists():

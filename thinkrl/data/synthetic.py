@@ -64,14 +64,15 @@ class ArithProblem:
         return " ".join(lines) + f"\n#### {steps[-1][3]}"
 
 
-def make_problem(rng: random.Random) -> ArithProblem:
-    """Draw one problem; running totals stay within 0..MAX_TOTAL (+MAX_OPERAND
-    in the rare case where neither step direction fits)."""
+def make_problem(rng: random.Random, *, n_steps: int | None = None) -> ArithProblem:
+    """Draw one problem of `n_steps` steps (None: 2 or 3, drawn); running totals
+    stay within 0..MAX_TOTAL (+MAX_OPERAND in the rare case where neither
+    step direction fits)."""
     name, pronoun = rng.choice(_NAMES)
     item = rng.choice(_ITEMS)
     total = rng.randint(2, MAX_START)
     clauses, steps = [], []
-    for _ in range(rng.choice((2, 3))):
+    for _ in range(rng.choice((2, 3)) if n_steps is None else n_steps):
         n = rng.randint(1, MAX_OPERAND)
         if n <= total and (rng.random() < 0.5 or total + n > MAX_TOTAL):
             clauses.append(rng.choice(_LOSS).format(n=n))
