@@ -81,3 +81,18 @@ def tiny_vl_dir(tmp_path_factory) -> Path:
         pytest.skip("../shared/data (the Qwen2.5 tokenizer) is absent")
     from thinkrl.models.tiny_vl import build_tiny_vl
     return build_tiny_vl(tmp_path_factory.mktemp("models") / "tiny-vl", tokenizer_dir=QWEN_TOKENIZER)
+
+
+@pytest.fixture(scope="module")
+def spec_and_tokenizer(tiny_model_dir):
+    """The rollout side's spec and tokenizer on the tiny test model, for tests
+    that build a rollout server or engine without a run."""
+    from thinkrl.assets import run_tokenizer
+    from thinkrl.cli import recipe_path
+    from thinkrl.config import load_config
+    from thinkrl.config.checks import validate
+    from thinkrl.workers.policy_rank import RankSpec
+
+    cfg = load_config(recipe_path("tiny"), [f"actor_rollout_ref.model.path={tiny_model_dir}"])
+    tokenizer = run_tokenizer(cfg, str(tiny_model_dir))
+    return RankSpec.of_model(cfg, validate(cfg), str(tiny_model_dir), tokenizer, total_steps=1), tokenizer

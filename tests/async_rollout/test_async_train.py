@@ -133,6 +133,28 @@ def test_a_resumed_one_step_off_run_equals_the_straight_one(asset_cache, tiny_mo
         assert resumed[key] == pytest.approx(straight[key], rel=1e-5, abs=1e-7), key
 
 
+def test_a_resumed_streaming_run_equals_the_straight_one(asset_cache, tiny_model_dir, tmp_path):
+    """Streaming rollout: the checkpoint of step 2 holds the rollout process's
+    snapshot (responses in flight, batches emitted but not taken, its loader
+    and generator); the resumed run goes on exactly as the straight one."""
+    quiet = dict(log=lambda *_: None)
+    mode = ("async_training.mode=fully_async", "async_training.streaming=True",
+            "async_training.staleness_threshold=1", "async_training.trigger_parameter_sync_step=1",
+            "data.max_response_length=24", "trainer.save_freq=2", length_reward(tmp_path))
+    train(load_config(recipe_path("tiny"), overrides(tiny_model_dir, tmp_path / "straight", *mode)),
+          **quiet)
+    train(load_config(recipe_path("tiny"), overrides(tiny_model_dir, tmp_path / "broken", *mode,
+                                                     "trainer.total_training_steps=2")), **quiet)
+    train(load_config(recipe_path("tiny"), overrides(tiny_model_dir, tmp_path / "broken", *mode)),
+          **quiet)
+    straight, resumed = metrics(tmp_path / "straight"), metrics(tmp_path / "broken")
+    assert [r["step"] for r in resumed] == [1, 2, 3]
+    assert resumed[-1]["fully_async/staleness/max"] >= 1
+    for a, b in zip(straight, resumed):
+        for key in SHARED_METRICS + ("rollout/logprob_diff_mean", "fully_async/staleness/mean"):
+            assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-7), (a["step"], key)
+
+
 def test_a_hung_rollout_process_is_named_within_its_deadline(asset_cache, tiny_model_dir, tmp_path):
     cfg = load_config(recipe_path("tiny"), overrides(
         tiny_model_dir, tmp_path / "run", "async_training.mode=one_step_off"))

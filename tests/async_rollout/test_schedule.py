@@ -71,6 +71,8 @@ def test_what_async_training_does_not_support_yet_is_refused_with_the_fix():
         "async_training.mode=fully_async", "async_training.require_batches=2")
     assert "trainer.critic_warmup=2: steps without an actor update send no weights" in problems_of(
         "async_training.mode=one_step_off", "algorithm.adv_estimator=gae", "trainer.critic_warmup=2")
+    assert "async_training.streaming=True: streams the rollout process's responses: set " \
+        "async_training.mode=fully_async" in problems_of("async_training.streaming=True")
 
 
 def test_only_a_window_that_can_run_ahead_makes_the_update_off_policy():

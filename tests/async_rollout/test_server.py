@@ -8,26 +8,14 @@ import time
 import pytest
 import torch
 
-from thinkrl.assets import run_tokenizer
 from thinkrl.async_rollout.server import NO_VERSION, RolloutServer
-from thinkrl.cli import recipe_path
-from thinkrl.config import load_config
-from thinkrl.config.checks import validate
 from thinkrl.data.dataset import Prompt, collate
 from thinkrl.records import Sample
 from thinkrl.rollout.attest import (Ledger, WeightSyncMismatch, check_served, recording,
                                     served_by_engine)
 from thinkrl.rollout.base import SamplingParams
-from thinkrl.workers.policy_rank import RankSpec
 
 QUESTIONS = ["What is 12 + 7?", "Tom has 3 apples and buys 5 more. How many?", "9 * 3 = ?"]
-
-
-@pytest.fixture(scope="module")
-def spec_and_tokenizer(tiny_model_dir):
-    cfg = load_config(recipe_path("tiny"), [f"actor_rollout_ref.model.path={tiny_model_dir}"])
-    tokenizer = run_tokenizer(cfg, str(tiny_model_dir))
-    return RankSpec.of_model(cfg, validate(cfg), str(tiny_model_dir), tokenizer, total_steps=1), tokenizer
 
 
 def prompts(tokenizer):

@@ -6,5 +6,9 @@ generating batches that the trainer takes from a bounded queue.
 - `process`: the process shell around it and the driver's client, every wait
   with a deadline;
 - `sampler`: the driver side, the step's generate-and-score stage that keeps
-  generation ahead of the trainer within the staleness bound.
+  generation ahead of the trainer within the staleness bound;
+- `stream`, `stream_state`, `streaming`: streaming rollout
+  (`async_training.streaming`): the engine that decodes with continuous
+  batching and emits the first groups to finish, its checkpointed state, and
+  the driver's side of it.
 """

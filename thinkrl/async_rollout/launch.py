@@ -10,6 +10,8 @@ import torch
 
 from thinkrl.async_rollout.process import RolloutProcess
 from thinkrl.async_rollout.sampler import AsyncRollout, AsyncSampler, Window
+from thinkrl.async_rollout.stream import StreamArgs, StreamSchedule
+from thinkrl.async_rollout.streaming import StreamingRollout
 from thinkrl.config import Config
 from thinkrl.models.vision import is_vision_model
 from thinkrl.parallel.device import resolve_device
@@ -35,29 +37,52 @@ def async_window(cfg: Config) -> Window:
                      sync_every=a.trigger_parameter_sync_step)
 
 
+def stream_args(cfg: Config, spec: RankSpec, draw: Draw, window: Window) -> StreamArgs:
+    """Streaming rollout's settings: one batch's responses as slots at most
+    (rollout.max_num_seqs), weights synced at `window`'s steps and at every
+    checkpoint, the trainer's loader where it stands."""
+    rollout, n = cfg.actor_rollout_ref.rollout, draw.sampling.n
+    batch = cfg.data.train_batch_size
+    schedule = StreamSchedule(groups_per_batch=batch, cap=window.cap, sync_every=window.sync_every,
+                              save_freq=cfg.trainer.save_freq, total_steps=spec.total_steps)
+    return StreamArgs(loader=draw.loader, params=draw.sampling, schedule=schedule,
+                      slots=max(n, min(rollout.max_num_seqs, batch * n)),
+                      partial=cfg.async_training.partial_rollout, seed=spec.sampling_seed)
+
+
 def start_async_rollout(cfg: Config, spec: RankSpec, roles: Roles, draw: Draw, *,
                         log=print) -> tuple[Roles, Sampler]:
     """The run's roles with the rollout process as their engine, and the sampler
-    that takes its batches. The trainer's own engine stays for nothing else."""
+    that takes its batches. The trainer's own engine stays for streaming
+    rollout's validation, and for nothing else."""
     asynchronous = cfg.async_training
     if is_vision_model(spec.model_path):
         raise ValueError("async_training.mode: vision-language models are not supported by the "
                          "rollout process yet; set async_training.mode=off")
     on_cpu = resolve_device(spec.device or cfg.trainer.device).type == "cpu"
     trainer_threads, rollout_threads = thread_split(cfg) if on_cpu else (0, 0)
-    chunk = asynchronous.partial_chunk_tokens if asynchronous.partial_rollout else 0
+    window = async_window(cfg)
+    stream = stream_args(cfg, spec, draw, window) if asynchronous.streaming else None
+    chunked = asynchronous.partial_rollout and stream is None  # streaming decodes token by token
+    chunk = asynchronous.partial_chunk_tokens if chunked else 0
     process = RolloutProcess(spec, chunk_tokens=chunk, threads=rollout_threads,
-                             timeout_s=cfg.trainer.ray_wait_timeout_s)
+                             timeout_s=cfg.trainer.ray_wait_timeout_s, stream=stream)
     threads_before = torch.get_num_threads()
     if trainer_threads:
         torch.set_num_threads(trainer_threads)
-    window = async_window(cfg)
-    rollout = AsyncRollout(process, roles.actor, window=window, loader=draw.loader,
-                           sampling=draw.sampling)
+    if stream is None:
+        rollout = AsyncRollout(process, roles.actor, window=window, loader=draw.loader,
+                               sampling=draw.sampling)
+        shape = f"at most {window.cap} batch(es) dispatched per sync window"
+    else:
+        rollout = StreamingRollout(process, roles.actor, schedule=stream.schedule,
+                                   validation_engine=roles.engine)
+        shape = (f"streaming: {stream.slots} slots of continuous batching, a batch is the first "
+                 f"{stream.schedule.groups_per_batch} groups to finish, window {window.cap}")
     log(f"async training ({asynchronous.mode}): a rollout process (pid {process.process.pid}"
         + (f", torch threads: {rollout_threads}; the trainer's: {trainer_threads}" if on_cpu else "")
-        + f"); weights synced every {window.sync_every} step(s), at most {window.cap} batch(es) "
-        f"dispatched per sync window, partial rollout {'on' if chunk else 'off'}; pi_old: "
+        + f"); weights synced every {window.sync_every} step(s), {shape}, "
+        f"partial rollout {'on' if asynchronous.partial_rollout else 'off'}; pi_old: "
         + ("the rollout's log-probs (actor.use_rollout_log_probs)"
            if cfg.actor_rollout_ref.actor.use_rollout_log_probs else
            "the trainer's policy before the update, with algorithm.rollout_is correcting "

@@ -10,6 +10,10 @@ rollout it also applies the weight loads that arrive while it decodes
 before them. The client matches replies to requests by id; every wait has a
 deadline (`trainer.ray_wait_timeout_s`) and notices a process that died.
 
+Under streaming rollout (`StreamEngine` built at start) the process decodes
+on its own between messages (`_stream`): a "take" is answered by the next
+batch the engine emits, a "load" once the engine has applied it.
+
 The process dies with the driver: it exits when its end of the pipe closes
 (the driver exited or was killed), and `close` stops it (then kills it).
 It ignores SIGINT: a Ctrl-C reaches the whole process group, and the driver,
@@ -46,8 +50,9 @@ def _recv(conn):
     return pickle.loads(conn.recv_bytes())
 
 
-def _serve(conn, spec: RankSpec, chunk_tokens: int, threads: int) -> None:
-    """The process's main loop (spawned)."""
+def _serve(conn, spec: RankSpec, chunk_tokens: int, threads: int, stream=None) -> None:
+    """The process's main loop (spawned). `stream` (`StreamArgs`): streaming
+    rollout's loop (`_stream`) instead of one request at a time."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if threads:
         torch.set_num_threads(threads)
@@ -89,15 +94,84 @@ def _serve(conn, spec: RankSpec, chunk_tokens: int, threads: int) -> None:
 
     try:
         server = RolloutServer(spec, chunk_tokens=chunk_tokens)
+        if stream is not None:
+            from thinkrl.async_rollout.stream import StreamEngine
+            engine = StreamEngine(server.engine, stream.loader, stream.params, stream.schedule,
+                                  slots=stream.slots, partial=stream.partial, seed=stream.seed)
     except BaseException:  # a failed start (a missing model folder...): the driver shows why
         _send(conn, (0, False, traceback.format_exc()))
         return
     try:
         _send(conn, (0, True, os.getpid()))
+        if stream is not None:
+            return _stream(conn, server, engine, reply)
         while handle(inbox.popleft() if inbox else _recv(conn)):
             pass
     except (EOFError, ConnectionError, KeyboardInterrupt):
         return  # the driver is gone
+
+
+def _stream(conn, server, engine, reply) -> None:
+    """Streaming rollout's loop: decode (`StreamEngine.tick`) while the
+    schedule allows, reading the driver's messages between two ticks, and
+    block on the pipe only when the engine waits for weights. A "take" is
+    answered by the next emitted batch, a "load" when its weights are
+    applied (with the served weights' digests, and the engine's snapshot when
+    the load is a checkpoint's). After a failure every request gets it."""
+    from thinkrl.async_rollout.stream_state import restore, snapshot
+
+    loads: dict[int, tuple[int, bool]] = {}  # version -> (request id, snapshot wanted)
+    snapshots: dict[int, dict] = {}
+    takes: collections.deque = collections.deque()
+    failure: list[str] = []
+
+    def before_apply(version: int) -> None:
+        if loads[version][1]:
+            snapshots[version] = snapshot(engine)
+
+    engine.before_apply = before_apply
+
+    def answer(request_id: int, value) -> None:
+        _send(conn, (request_id, False, failure[0]) if failure else (request_id, True, value))
+
+    def handle(message) -> bool:
+        request_id, kind, payload = message
+        if kind == "close":
+            _send(conn, (request_id, True, None))
+            return False
+        if kind == "load":
+            version, weights, wanted = payload
+            loads[version] = (request_id, wanted)
+            engine.offer(version, weights)
+        elif kind == "take":
+            takes.append(request_id)
+        elif kind == "restore":
+            reply(request_id, lambda: restore(engine, payload[0]))
+        else:
+            reply(request_id, lambda: getattr(server, kind)(*payload))
+        return True
+
+    def hand_over() -> None:
+        while takes and (failure or engine.ready):
+            answer(takes.popleft(), None if failure else engine.take_ready())
+
+    blocked = False
+    while True:
+        while blocked or conn.poll() or (failure and not takes and not loads):
+            if not handle(_recv(conn)):
+                return
+            blocked = False
+        hand_over()  # before the tick: it may apply a load and prefill every running response
+        applied = []
+        if not failure:
+            try:
+                blocked = not engine.tick()
+                applied = [(v, server.served()) for v in loads if v <= engine.version]
+            except BaseException:  # answered to every request from now on
+                failure.append(traceback.format_exc())
+        for version, served in applied if not failure else [(v, None) for v in loads]:
+            answer(loads.pop(version)[0], (served, snapshots.pop(version, None)))
+        hand_over()
 
 
 class RolloutProcess:
@@ -109,11 +183,12 @@ class RolloutProcess:
     receiver reads every reply as soon as it is written (a process sending
     a batch of responses never waits for the trainer)."""
 
-    def __init__(self, spec: RankSpec, *, chunk_tokens: int, threads: int, timeout_s: float) -> None:
+    def __init__(self, spec: RankSpec, *, chunk_tokens: int, threads: int, timeout_s: float,
+                 stream=None) -> None:
         self.timeout_s = timeout_s
         context = mp.get_context("spawn")
         self._conn, child = context.Pipe()
-        self.process = context.Process(target=_serve, args=(child, spec, chunk_tokens, threads),
+        self.process = context.Process(target=_serve, args=(child, spec, chunk_tokens, threads, stream),
                                        name="thinkrl-rollout", daemon=True)
         self.process.start()
         child.close()
@@ -179,6 +254,15 @@ class RolloutProcess:
                                    f"code {self.process.exitcode} during {self._kinds[request_id]}; "
                                    "its last output is above")
         return self._take(request_id)
+
+    def wait_attesting(self, request_id: int, loads: dict, on_load):
+        """`wait`, giving every reply to a request in `loads` (weight loads
+        awaiting attestation) to `on_load(id, value)` as soon as it comes,
+        the awaited request's own reply included when it is one."""
+        value = self.wait(request_id, on_reply=lambda got, kind, v: on_load(got, v), eager=loads)
+        if request_id in loads:
+            on_load(request_id, value)
+        return value
 
     def _take(self, request_id: int):
         ok, value = self._replies.pop(request_id)

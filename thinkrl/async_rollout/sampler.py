@@ -184,12 +184,9 @@ class AsyncRollout:
         return sent.seconds
 
     def _wait(self, request_id: int):
-        value = self.process.wait(request_id, on_reply=self._on_reply, eager=self._unattested)
-        if request_id in self._unattested:
-            self._on_reply(request_id, "load", value)
-        return value
+        return self.process.wait_attesting(request_id, self._unattested, self._on_reply)
 
-    def _on_reply(self, request_id: int, kind: str, value) -> None:
+    def _on_reply(self, request_id: int, value) -> None:
         version, sent = self._unattested.pop(request_id)
         check_served(sent, served_by_engine([value], sent), engine=ENGINE, version=version)
 
@@ -199,7 +196,7 @@ def _saved(batch: _Batch) -> dict:
     return {"loader_state": batch.loader_state, "response_ids": r.response_ids,
             "response_mask": r.response_mask, "rollout_logprobs": r.rollout_logprobs,
             "finish_reasons": list(r.finish_reasons), "versions": g.versions,
-            "seconds": g.seconds, "continued": g.continued}
+            "seconds": g.seconds, "continued": g.continued, "decode_steps": g.decode_steps}
 
 
 def _restored(saved: dict, prompts: PromptBatch, n: int) -> Generated:
@@ -208,7 +205,8 @@ def _restored(saved: dict, prompts: PromptBatch, n: int) -> Generated:
                         saved["response_ids"], saved["response_mask"], saved["rollout_logprobs"],
                         list(saved["finish_reasons"]), torch.arange(len(prompts)).repeat_interleave(n),
                         [s for s in prompts.samples for _ in range(n)])
-    return Generated(rollouts, saved["versions"], float(saved["seconds"]), int(saved["continued"]))
+    return Generated(rollouts, saved["versions"], float(saved["seconds"]), int(saved["continued"]),
+                     decode_steps=int(saved.get("decode_steps", 0)))
 
 
 class AsyncSampler:
@@ -255,6 +253,7 @@ def staleness_metrics(generated: Generated, *, trainer_version: int) -> dict[str
         "fully_async/partial/total_partial_num": float(generated.continued),
         "fully_async/partial/partial_ratio": generated.continued / n,
         "fully_async/partial/max_partial_span": float(span.max()) if span.numel() else 0.0,
+        "fully_async/rollouter/decode_steps": float(generated.decode_steps),
     }
     for k, count in zip(*torch.unique(lag, return_counts=True)):
         metrics[f"fully_async/samples_per_lag/{int(k)}"] = float(count)

@@ -47,6 +47,13 @@ class Generated:
     """Time spent generating (the rollout side's busy time)."""
     continued: int = 0
     """Rows that went on across at least one weight load (partial rollout)."""
+    decode_steps: int = 0
+    """Decoding forwards it took (every running response one token each):
+    the longest response for a batch decoded alone; for a streamed batch,
+    the engine's steps since the batch before."""
+    origins: list[list[int]] | None = None
+    """Streaming rollout: per group, (epoch, position, row) of the loader draw
+    its prompt came from (a batch mixes draws); None: the batch is one draw."""
 
 
 class RolloutServer:
@@ -71,6 +78,10 @@ class RolloutServer:
         this copy now holds, for the trainer to attest (`thinkrl.rollout.attest`)."""
         self.engine.update_weights(weights.items())
         self.version = version
+        return self.served()
+
+    def served(self) -> Ledger:
+        """The digests of the weights this copy holds now."""
         served = Ledger()
         started = time.perf_counter()
         for name, tensor in self.engine.model.state_dict().items():
@@ -95,7 +106,8 @@ class RolloutServer:
         if not self.chunk_tokens or apply_pending is None or pending is None:
             rollouts = self.engine.generate(prompts, params)
             versions = torch.where(rollouts.response_mask.bool(), self.version, NO_VERSION)
-            return Generated(rollouts, versions, time.perf_counter() - started)
+            return Generated(rollouts, versions, time.perf_counter() - started,
+                             decode_steps=rollouts.response_ids.shape[1])
 
         def pause(tokens: int) -> bool:
             return tokens % self.chunk_tokens == 0 and pending()
@@ -182,4 +194,5 @@ def _assemble(first: Rollouts, pieces: list[_Piece], pad: int, started: float,
         ids[r, :k], mask[r, :k], logprobs[r, :k], versions[r, :k] = rows_ids[r], 1, rows_lp[r], rows_v[r]
     rollouts = Rollouts(first.prompt_ids, first.prompt_mask, ids, mask, logprobs, reasons,
                         first.group_ids, first.samples)
-    return Generated(rollouts, versions, time.perf_counter() - started, continued)
+    return Generated(rollouts, versions, time.perf_counter() - started, continued,
+                     decode_steps=sum(p.ids.shape[1] for p in pieces))

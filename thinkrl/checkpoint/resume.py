@@ -51,5 +51,9 @@ def checkpoint_to_resume(trainer: TrainerConfig, run_dir: Path, *, log=print) ->
 def should_save(trainer: TrainerConfig, step: int, total_steps: int) -> bool:
     """Every trainer.save_freq steps and at the last step (as verl does);
     never when save_freq <= 0."""
-    freq = trainer.save_freq
-    return freq > 0 and (step % freq == 0 or step == total_steps)
+    return is_save_step(trainer.save_freq, step, total_steps)
+
+
+def is_save_step(save_freq: int, step: int, total_steps: int) -> bool:
+    """`should_save`'s rule on its numbers."""
+    return save_freq > 0 and (step % save_freq == 0 or step == total_steps)

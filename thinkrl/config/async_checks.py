@@ -33,6 +33,9 @@ def async_problems(cfg: Config, backend: str) -> list[str]:
         if getattr(a, key) < 0:
             bad(f"async_training.{key}", getattr(a, key), "must be >= 0 (0: split the cores)")
     if a.mode == "off":
+        if a.streaming:
+            bad("async_training.streaming", True, "streams the rollout process's responses: set "
+                "async_training.mode=fully_async (or one_step_off), or streaming=False")
         return problems
     wanted = a.require_batches * arr.actor.ppo_mini_batch_size
     if a.require_batches < 1:

@@ -38,6 +38,16 @@ class AsyncTrainingConfig:
     continue with the new weights, their prefix prefilled again), instead of
     waiting for the batch to finish. Each token keeps the version it was
     sampled with."""
+    streaming: bool = False
+    """thinkrl, fully_async / one_step_off: the rollout process draws prompts
+    itself and decodes them with continuous batching (a finished response's
+    slot takes a new prompt at once); a training batch is the first
+    ``data.train_batch_size`` groups to finish, as verl's rollouter streams
+    samples, so a long response no longer holds its batch back. Slots:
+    ``rollout.max_num_seqs``, at most one batch's responses. Weights are
+    applied at fixed points of the stream (after batch m, those of the sync
+    at or before step m + 1 - window), so a seeded run repeats exactly.
+    Needs a plain Llama/Qwen2/Mistral decoder."""
     partial_chunk_tokens: int = 64
     """thinkrl: tokens decoded between two looks for a weight sync when
     ``partial_rollout`` is on."""

@@ -203,23 +203,7 @@ class NativeEngine:
 
     def _sample(self, logits: Tensor, params: SamplingParams, rows: Tensor | None = None,
                 total: int = 0) -> tuple[Tensor, Tensor]:
-        """Next token and its log-prob under softmax(logits / temperature). [N, V] -> [N], [N].
-        With `rows`, `logits` are those rows of a `total`-row batch (the
-        generator is drawn as for all of them: `fast_decode.sample_rows`)."""
-        if params.greedy:
-            token = logits.argmax(-1)
-            return token, torch.log_softmax(logits, -1).gather(-1, token[:, None])[:, 0]
-        scaled = logits / params.temperature
-        logp = torch.log_softmax(scaled, -1)
-        filtered = filter_logits(scaled, top_k=params.top_k, top_p=params.top_p,
-                                 min_p=params.min_p)
-        if rows is not None:
-            token = fast_decode.sample_rows(filtered, rows, total, generator=self.generator,
-                                            probs_of=lambda z: torch.softmax(z, -1))
-            return token, logp.gather(-1, token[:, None])[:, 0]
-        probs = torch.softmax(filtered, -1)
-        token = torch.multinomial(probs, 1, generator=self.generator)[:, 0]
-        return token, logp.gather(-1, token[:, None])[:, 0]
+        return sample_tokens(logits, params, self.generator, rows=rows, total=total)
 
     def _response_mask(self, response_ids: Tensor, ignore_eos: bool) -> Tensor:
         """1 up to and including the first EOS of each row. [N, R] -> [N, R] long."""
@@ -228,6 +212,26 @@ class NativeEngine:
         is_eos = torch.isin(response_ids, self.eos_token_ids).long()
         after_eos = (is_eos.cumsum(-1) - is_eos) > 0  # strictly after the first EOS
         return (~after_eos).long()
+
+
+def sample_tokens(logits: Tensor, params: SamplingParams, generator: torch.Generator, *,
+                  rows: Tensor | None = None, total: int = 0) -> tuple[Tensor, Tensor]:
+    """Next token and its log-prob under softmax(logits / temperature). [N, V] -> [N], [N].
+    With `rows`, `logits` are those rows of a `total`-row batch (the
+    generator is drawn as for all of them: `fast_decode.sample_rows`)."""
+    if params.greedy:
+        token = logits.argmax(-1)
+        return token, torch.log_softmax(logits, -1).gather(-1, token[:, None])[:, 0]
+    scaled = logits / params.temperature
+    logp = torch.log_softmax(scaled, -1)
+    filtered = filter_logits(scaled, top_k=params.top_k, top_p=params.top_p, min_p=params.min_p)
+    if rows is not None:
+        token = fast_decode.sample_rows(filtered, rows, total, generator=generator,
+                                        probs_of=lambda z: torch.softmax(z, -1))
+        return token, logp.gather(-1, token[:, None])[:, 0]
+    probs = torch.softmax(filtered, -1)
+    token = torch.multinomial(probs, 1, generator=generator)[:, 0]
+    return token, logp.gather(-1, token[:, None])[:, 0]
 
 
 def empty_rollouts(prompts: PromptBatch) -> Rollouts:

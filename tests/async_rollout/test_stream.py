@@ -1,0 +1,122 @@
+"""Streaming rollout's pieces without a process: the slot cache against the
+model's own forward, the sync schedule's numbers, and the engine: whole
+groups in batches, the same stream twice, and a restored snapshot going on
+as the straight engine did."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+
+from thinkrl.async_rollout.server import NO_VERSION, RolloutServer
+from thinkrl.async_rollout.stream import StreamEngine, StreamSchedule
+from thinkrl.async_rollout.stream_state import restore, snapshot
+from thinkrl.data.dataset import Prompt, PromptLoader
+from thinkrl.models.lean_decoder import lean_spec
+from thinkrl.records import FINISH_LENGTH, Sample
+from thinkrl.rollout.base import SamplingParams
+from thinkrl.rollout.continuous import SlotDecoder
+
+
+def test_slots_give_the_model_s_own_logits_while_others_join_and_copy(spec_and_tokenizer):
+    model = RolloutServer(spec_and_tokenizer[0]).engine.model
+    generator = torch.Generator().manual_seed(0)
+    sequences = [torch.randint(3, 300, (n,), generator=generator) for n in (7, 12, 5)]
+
+    def reference(ids: torch.Tensor) -> torch.Tensor:
+        return model(input_ids=ids[None]).logits[0, -1]
+
+    with torch.no_grad():
+        decoder = SlotDecoder(lean_spec(model), slots=4, device=torch.device("cpu"))
+        rows = torch.tensor([0, 2, 3])
+        logits = decoder.prefill(rows, sequences)
+        for step in range(4):
+            token = logits.argmax(-1)
+            sequences = [torch.cat([s, token[i:i + 1]]) for i, s in enumerate(sequences)]
+            if step == 1:  # a prompt joins slot 1 while the others decode
+                joined = torch.randint(3, 300, (9,), generator=generator)
+                assert torch.allclose(decoder.prefill(torch.tensor([1]), [joined])[0], reference(joined),
+                                      atol=1e-4)
+            logits = decoder.step(rows, token)
+            for i, s in enumerate(sequences):
+                assert torch.allclose(logits[i], reference(s), atol=1e-4), (step, i)
+        decoder.copy(torch.tensor([0]), torch.tensor([1]))  # slot 1 now continues slot 0
+        both = decoder.step(torch.arange(4), torch.tensor([5, 5, 6, 7]))
+        assert torch.equal(both[0], both[1])
+
+
+def test_the_version_required_after_each_batch():
+    one_step_off = StreamSchedule(groups_per_batch=4, cap=2, sync_every=1)
+    assert [one_step_off.required(m) for m in range(6)] == [0, 0, 1, 2, 3, 4]
+    # trigger_parameter_sync_step=4, staleness_threshold=0.5: cap = floor(1.5 * 4) = 6;
+    # after batch m, the latest sync step at or before m + 1 - 6.
+    windowed = StreamSchedule(groups_per_batch=4, cap=6, sync_every=4)
+    assert [windowed.required(m) for m in (5, 8, 9, 12, 13)] == [0, 0, 4, 4, 8]
+    # checkpoints (every 3 steps and the last, 10) are syncs too
+    saved = StreamSchedule(groups_per_batch=4, cap=6, sync_every=4, save_freq=3, total_steps=10)
+    assert [saved.required(m) for m in (8, 9, 10, 14, 15)] == [3, 4, 4, 9, 10]
+
+
+def _engine(spec, tokenizer, *, partial: bool = True) -> StreamEngine:
+    questions = [f"Ava has {i} apples. She buys {i % 5 + 1} more. How many apples?" for i in range(24)]
+    prompts = [Prompt(ids=tokenizer(q)["input_ids"], sample=Sample("thinkrl/arith", str(i), q, index=i))
+               for i, q in enumerate(questions)]
+    loader = PromptLoader(prompts, batch_size=3, shuffle=True, seed=1, pad_token_id=tokenizer.pad_token_id)
+    return StreamEngine(RolloutServer(spec).engine, loader, SamplingParams(n=2, max_tokens=24),
+                        StreamSchedule(groups_per_batch=3, cap=2, sync_every=1, save_freq=3, total_steps=100),
+                        slots=6, partial=partial, seed=3)
+
+
+def _stream(engine: StreamEngine, batches: int, base: dict, snapshot_of: int | None = None):
+    """Tick, give the engine each version when it needs it, collect emitted batches."""
+    out, taken = [], {}
+    if snapshot_of is not None:
+        engine.before_apply = lambda v: taken.setdefault(v, snapshot(engine)) if v == snapshot_of else None
+    while len(out) < batches:
+        if not engine.tick():
+            v = engine.required
+            engine.offer(v, {k: w * (1 + v / 100) if w.dim() > 1 else w for k, w in base.items()})
+        while (batch := engine.take_ready()) is not None:
+            out.append(batch)
+    return out, taken
+
+
+@pytest.mark.parametrize("partial", [True, False])
+def test_batches_are_whole_groups_the_stream_repeats_and_a_restored_engine_goes_on(spec_and_tokenizer,
+                                                                                  partial):
+    """Weights version v: the model's scaled by 1 + v / 100, given when the
+    engine asks. Without partial rollout the running responses drain before
+    a load, so none spans two versions."""
+    spec, tokenizer = spec_and_tokenizer
+    first = _engine(spec, tokenizer, partial=partial)
+    base = {k: v.clone() for k, v in first.engine.model.state_dict().items()}
+    straight, taken = _stream(first, 7, base, snapshot_of=3)
+    again, _ = _stream(_engine(spec, tokenizer, partial=partial), 7, base)
+    lengths = torch.cat([b.rollouts.response_mask.sum(-1) for b in straight])
+    assert lengths.min() < lengths.max()  # responses end at different steps
+    for m, (batch, twin) in enumerate(zip(straight, again), start=1):
+        r = batch.rollouts
+        assert len(batch.origins) == 3 and r.group_ids.tolist() == [0, 0, 1, 1, 2, 2]
+        stamped = batch.versions[r.response_mask.bool()]
+        assert (stamped != NO_VERSION).all() and int(stamped.max()) <= max(0, m - 1)
+        assert torch.equal(r.response_ids, twin.rollouts.response_ids)
+        assert torch.equal(r.rollout_logprobs, twin.rollouts.rollout_logprobs)
+        short = r.response_mask.sum(-1) < 24  # a response under the budget stopped at EOS
+        assert all(reason != FINISH_LENGTH for reason, s in zip(r.finish_reasons, short) if s)
+    spans = [len(torch.unique(v[v != NO_VERSION])) > 1 for b in straight for v in b.versions]
+    assert any(spans) == partial
+
+    saved = io.BytesIO()
+    torch.save(taken[3], saved)  # a checkpoint reads it with weights_only=True
+    saved.seek(0)
+    resumed = _engine(spec, tokenizer, partial=partial)
+    restore(resumed, torch.load(saved, weights_only=True))
+    assert resumed.required == 3 and resumed.version < 3
+    rest, _ = _stream(resumed, 7 - resumed.emitted + len(resumed.ready), base)
+    for batch, twin in zip(straight[-len(rest):], rest):
+        assert batch.origins == twin.origins
+        assert torch.equal(batch.rollouts.response_ids, twin.rollouts.response_ids)
+        assert torch.equal(batch.versions, twin.versions)
+        assert torch.allclose(batch.rollouts.rollout_logprobs, twin.rollouts.rollout_logprobs)

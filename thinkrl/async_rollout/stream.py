@@ -1,0 +1,332 @@
+"""Streaming rollout (`async_training.streaming`): the rollout process draws
+prompts itself and decodes them with continuous batching; the trainer's
+batch is the first `data.train_batch_size` groups to finish, whatever batch
+their prompts were drawn in, as verl's fully-async rollouter streams samples.
+A long response no longer holds its batch back: its slot keeps decoding
+while freed slots take new prompts, and it joins a later batch.
+
+Everything the engine does is a function of what it has done, never of when
+a message arrived, so a seeded run is repeatable and a resumed one equals
+the straight one:
+- A group (one prompt's `rollout.n` responses) is admitted as soon as `n`
+  slots are free, drawn from the engine's own copy of the prompt loader.
+- Groups are emitted in the order they finish (ties: the order admitted);
+  every `data.train_batch_size` of them make batch m = 1, 2, ...
+- After emitting batch m the engine must hold the weights of the latest
+  sync at or before step m + 1 - cap (`StreamSchedule.required`; cap from
+  `async_training.staleness_threshold` and `trigger_parameter_sync_step`,
+  as `Window`). If they have not come, it waits for them; it never applies
+  weights at any other point, and emits no batch while it owes one. With
+  partial rollout the running responses then continue under the new
+  weights; without, no group is admitted until they have finished, and the
+  weights are applied after.
+- A running response keeps its cached keys and values across a load: the
+  tokens it samples next come from the new weights attending over a prefix
+  the older ones encoded (PipelineRL's in-flight weight update). Prefilling
+  every running response again at every sync cost 2 s per batch against
+  0.95 s of decoding (docs/benchmarks.md). The log-probs it records are
+  those it sampled with, so they are the behaviour policy either way. At a
+  checkpoint's sync they are prefilled again under the new weights: a
+  resumed run, which has no cache, does the same there.
+- Its sampling generator is its own (validation samples elsewhere).
+
+A checkpoint at step k (a sync step: every save step is one) takes the
+engine's state just before it applies version k: the responses in flight
+with their tokens, the groups finished and the batches emitted but not yet
+taken, the loader position, the generator (`snapshot`). Restored, the engine
+applies version k at the same point, prefills the running responses as the
+straight run did there, and goes on as it did. The trainer's save waits for
+that point: up to window - 1 batches of generation after step k.
+
+Shapes: S slots, V vocabulary, R response tokens.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from thinkrl.async_rollout.server import NO_VERSION, Generated
+from thinkrl.checkpoint.resume import is_save_step
+from thinkrl.data.dataset import PromptLoader
+from thinkrl.records import FINISH_LENGTH, FINISH_STOP, PromptBatch, Rollouts
+from thinkrl.rollout.base import SamplingParams
+from thinkrl.rollout.continuous import SlotDecoder
+from thinkrl.rollout.native import NativeEngine, sample_tokens
+
+
+@dataclass(frozen=True)
+class StreamSchedule:
+    """When weights are synced and when the engine must hold them."""
+
+    groups_per_batch: int
+    """data.train_batch_size: groups in one emitted batch."""
+    cap: int
+    """`Window.cap`: batches generated per sync window."""
+    sync_every: int
+    """trigger_parameter_sync_step."""
+    save_freq: int = 0
+    """trainer.save_freq: a checkpoint step is a sync step (<= 0: none)."""
+    total_steps: int = 0
+    """The run's last step (always saved when save_freq > 0)."""
+
+    def is_sync(self, version: int) -> bool:
+        """Is the trainer's version `version` sent? Every `sync_every` steps
+        and at every checkpoint (trainer.save_freq and the last step)."""
+        return version == 0 or version % self.sync_every == 0 or self.is_checkpoint(version)
+
+    def is_checkpoint(self, version: int) -> bool:
+        """Is a checkpoint saved after step `version`? (trainer.save_freq)"""
+        return is_save_step(self.save_freq, version, self.total_steps)
+
+    def required(self, emitted: int) -> int:
+        """The version the engine must hold after emitting `emitted` batches:
+        the latest sync at or before step emitted + 1 - cap (0 at first)."""
+        version = max(0, emitted + 1 - self.cap)
+        while not self.is_sync(version):
+            version -= 1
+        return version
+
+
+@dataclass(frozen=True)
+class StreamArgs:
+    """What the rollout process needs to stream (sent to it at start)."""
+
+    loader: PromptLoader
+    """A copy of the trainer's prompt loader, at the position to start from."""
+    params: SamplingParams
+    schedule: StreamSchedule
+    slots: int
+    partial: bool
+    seed: int
+
+
+@dataclass
+class Group:
+    """One prompt and its n responses, from admission to emission."""
+
+    origin: tuple[int, int, int]
+    """(epoch, position, row): where the loader drew its prompt (to draw it again)."""
+    prompt: Tensor  # [P] the prompt's tokens, unpadded
+    sample: object
+    """The prompt's `Sample` (ground truth, data source) for scoring."""
+    slots: list[int]
+    tokens: list[Tensor | None]  # per response in sample order, set when it finishes
+    logprobs: list[Tensor | None]
+    versions: list[Tensor | None]
+    reasons: list[str | None]
+
+    @property
+    def done(self) -> bool:
+        return None not in self.reasons
+
+
+class StreamEngine:
+    """Continuous-batching generation over `engine`'s model (module docstring)."""
+
+    def __init__(self, engine: NativeEngine, loader: PromptLoader, params: SamplingParams,
+                 schedule: StreamSchedule, *, slots: int, partial: bool, seed: int,
+                 before_apply: Callable[[int], None] = lambda version: None) -> None:
+        from thinkrl.models.lean_decoder import lean_spec
+
+        spec = lean_spec(engine.model)
+        if spec is None:
+            raise ValueError("async_training.streaming: continuous batching covers plain "
+                             "Llama/Qwen2/Mistral decoders; this model is not one. Set "
+                             "async_training.streaming=False")
+        self.engine, self.loader, self.params, self.schedule = engine, loader, params, schedule
+        self.n, self.partial, self.before_apply = params.n, partial, before_apply
+        self.slots = max(slots - slots % self.n, self.n)  # whole groups
+        with engine.autocast():  # its fused weights in the compute dtype
+            self.decoder = SlotDecoder(spec, slots=self.slots, device=engine.device)
+        self.generator = torch.Generator(device=engine.device).manual_seed(seed)
+        device, r = engine.device, params.max_tokens
+        self.tokens = torch.zeros(self.slots, r, dtype=torch.long, device=device)
+        self.logprobs = torch.zeros(self.slots, r, device=device)
+        self.versions = torch.full((self.slots, r), NO_VERSION, dtype=torch.long, device=device)
+        self.counts = torch.zeros(self.slots, dtype=torch.long, device=device)
+        self.active = torch.zeros(self.slots, dtype=torch.bool, device=device)
+        self.logits: Tensor | None = None  # [S, V]: each active slot's next-token logits
+        self.owner: list[Group | None] = [None] * self.slots
+        self.admitted: list[Group] = []  # in flight, in admission order
+        self.finished: list[Group] = []  # done, not yet emitted, in finishing order
+        self.ready: list[Generated] = []  # emitted, not yet taken
+        self.drawn: list[tuple[tuple[int, int, int], Tensor, object]] = []  # drawn, not admitted
+        self.loads: dict[int, dict[str, Tensor]] = {}
+        self.version, self.required, self.emitted = NO_VERSION, 0, 0
+        self.busy, self._busy_emitted = 0.0, 0.0
+        self.steps, self._steps_emitted = 0, 0  # decoding forwards
+        self.stale = False  # restored: the running slots' caches must be prefilled again
+
+    # -- the loop ---------------------------------------------------------------
+    def offer(self, version: int, weights: dict[str, Tensor]) -> None:
+        """Weights of `version` have come; applied when the schedule requires them."""
+        self.loads[version] = weights
+
+    def tick(self) -> bool:
+        """One token for every running response (admitting, syncing and emitting
+        around it). False when it cannot go on before a weight load comes."""
+        started = time.perf_counter()
+        running = bool(self.active.any())
+        with torch.no_grad(), self.engine.autocast():
+            if self.version < self.required and (self.partial or not running):
+                if self.required not in self.loads:
+                    return False
+                self._apply()
+            if self.version >= self.required:
+                self._admit()
+            if self.stale:
+                self._prefill_running()
+            self._decode()
+        self.busy += time.perf_counter() - started
+        self._emit()
+        return True
+
+    def take_ready(self) -> Generated | None:
+        """The oldest emitted batch not yet taken, if any."""
+        return self.ready.pop(0) if self.ready else None
+
+    # -- stages of a tick -------------------------------------------------------
+    def _apply(self) -> None:
+        """Load the required version (every sync version is required in turn:
+        no batch is emitted while one is owed, `_emit`)."""
+        self.before_apply(self.required)
+        self.engine.update_weights(self.loads.pop(self.required).items())
+        self.decoder.refresh()
+        self.version = self.required
+        if self.schedule.is_checkpoint(self.version):  # where a resumed run starts from
+            self._prefill_running()
+
+    def _prefill_running(self) -> None:
+        """The running responses' prompt and tokens so far, prefilled again
+        under the weights now held; their next-token logits follow."""
+        self.stale = False
+        rows = self.active.nonzero()[:, 0]
+        if len(rows) == 0:
+            return
+        sequences = [torch.cat([self.owner[s].prompt.to(self.tokens.device),
+                                self.tokens[s, :int(self.counts[s])]]) for s in rows.tolist()]
+        self._set_logits(rows, self.decoder.prefill(rows, sequences))
+
+    def _admit(self) -> None:
+        """Groups into free slots, n at a time, while slots are free."""
+        free = (~self.active).nonzero()[:, 0].tolist()
+        admitted: list[Group] = []
+        while len(free) >= self.n:
+            if not self.drawn:
+                self._draw()
+            origin, prompt, sample = self.drawn.pop(0)
+            slots, free = free[:self.n], free[self.n:]
+            admitted.append(Group(origin, prompt, sample, slots, *([None] * self.n for _ in range(4))))
+        if not admitted:
+            return
+        firsts = torch.tensor([g.slots[0] for g in admitted], device=self.tokens.device)
+        logits = self.decoder.prefill(firsts, [g.prompt for g in admitted])  # one per prompt
+        for group, row_logits in zip(admitted, logits):
+            slots = torch.tensor(group.slots, device=self.tokens.device)
+            if self.n > 1:
+                self.decoder.copy(slots[:1].expand(self.n - 1), slots[1:])
+            self._set_logits(slots, row_logits.expand(self.n, -1))
+            for s in group.slots:
+                self.owner[s] = group
+            self.counts[slots] = 0
+            self.active[slots] = True
+        self.admitted.extend(admitted)
+
+    def _draw(self) -> None:
+        state = self.loader.state_dict()  # loaded again, it draws this batch again
+        batch = self.loader.next_batch()
+        for row in range(len(batch)):
+            origin = (int(state["epoch"]), int(state["position"]), row)
+            self.drawn.append((origin, prompt_tokens(batch, row), batch.samples[row]))
+
+    def _decode(self) -> None:
+        """Sample one token for every running response, finish those that
+        stopped (EOS, or the token budget), step the others."""
+        rows = self.active.nonzero()[:, 0]
+        if len(rows) == 0:
+            return
+        self.steps += 1
+        token, logprob = sample_tokens(self.logits[rows].float(), self.params, self.generator,
+                                       rows=rows, total=self.slots)
+        at = self.counts[rows]
+        self.tokens[rows, at], self.logprobs[rows, at] = token, logprob
+        self.versions[rows, at] = self.version
+        self.counts[rows] += 1
+        stopped = (torch.isin(token, self.engine.eos_token_ids.to(token.device))
+                   if not self.params.ignore_eos else torch.zeros_like(token, dtype=torch.bool))
+        done = stopped | (self.counts[rows] >= self.params.max_tokens)
+        for slot, stop in zip(rows[done].tolist(), stopped[done].tolist()):
+            self._finish(slot, FINISH_STOP if stop else FINISH_LENGTH)
+        going = rows[~done]
+        if len(going):
+            self._set_logits(going, self.decoder.step(going, token[~done]))
+        for group in [g for g in self.admitted if g.done]:
+            self.admitted.remove(group)
+            self.finished.append(group)
+
+    def _finish(self, slot: int, reason: str) -> None:
+        group, k = self.owner[slot], int(self.counts[slot])
+        index = group.slots.index(slot)
+        group.tokens[index] = self.tokens[slot, :k].clone().cpu()
+        group.logprobs[index] = self.logprobs[slot, :k].clone().cpu()
+        group.versions[index] = self.versions[slot, :k].clone().cpu()
+        group.reasons[index] = reason
+        self.active[slot] = False
+        self.owner[slot] = None
+
+    def _emit(self) -> None:
+        """Every `groups_per_batch` finished groups make a batch, while no load
+        is owed (the drain of partial_rollout=False could otherwise emit past
+        a sync version and never apply it)."""
+        b = self.schedule.groups_per_batch
+        while len(self.finished) >= b and self.version >= self.required:
+            groups, self.finished = self.finished[:b], self.finished[b:]
+            self.ready.append(assemble(groups, pad=self.engine.pad_token_id,
+                                       seconds=self.busy - self._busy_emitted,
+                                       decode_steps=self.steps - self._steps_emitted))
+            self._busy_emitted, self._steps_emitted = self.busy, self.steps
+            self.emitted += 1
+            self.required = max(self.required, self.schedule.required(self.emitted))
+
+    def _set_logits(self, rows: Tensor, logits: Tensor) -> None:
+        if self.logits is None:
+            self.logits = torch.zeros(self.slots, logits.shape[-1], device=logits.device)
+        self.logits[rows] = logits.float()
+
+
+def prompt_tokens(batch: PromptBatch, row: int) -> Tensor:
+    return batch.input_ids[row][batch.attention_mask[row].bool()]
+
+
+def assemble(groups: list[Group], *, pad: int, seconds: float, decode_steps: int) -> Generated:
+    """The emitted batch, group by group, each group's responses in sample
+    order: prompts [N, P] left-padded, responses, masks, log-probs and
+    versions [N, R] right-padded (N = groups x n)."""
+    prompts = [g.prompt for g in groups for _ in g.reasons]
+    responses = [t for g in groups for t in g.tokens]
+    p, r = max(len(x) for x in prompts), max(1, max(len(t) for t in responses))
+    n = len(prompts)
+    prompt_ids = torch.full((n, p), pad, dtype=torch.long)
+    prompt_mask = torch.zeros_like(prompt_ids)
+    ids = torch.full((n, r), pad, dtype=torch.long)
+    mask, logprobs = torch.zeros_like(ids), torch.zeros(n, r)
+    versions = torch.full((n, r), NO_VERSION, dtype=torch.long)
+    row = 0
+    for g in groups:
+        for tokens, lp, v in zip(g.tokens, g.logprobs, g.versions):
+            prompt_ids[row, p - len(g.prompt):], prompt_mask[row, p - len(g.prompt):] = g.prompt, 1
+            k = len(tokens)
+            ids[row, :k], mask[row, :k], logprobs[row, :k], versions[row, :k] = tokens, 1, lp, v
+            row += 1
+    continued = sum(int(len(torch.unique(v)) > 1) for g in groups for v in g.versions)
+    rollouts = Rollouts(prompt_ids, prompt_mask, ids, mask, logprobs,
+                        [reason for g in groups for reason in g.reasons],
+                        torch.arange(len(groups)).repeat_interleave(len(groups[0].reasons)),
+                        [g.sample for g in groups for _ in g.reasons])
+    return Generated(rollouts, versions, seconds, continued, decode_steps=decode_steps,
+                     origins=[list(g.origin) for g in groups])
