@@ -2,14 +2,20 @@
 (or any overrides) in each mode, its speed, where each side waits, how stale
 its samples are, and the held-out accuracy it reaches after the same steps.
 
-    python bench/async_modes.py [--steps 12] [--seeds 1] [--modes sync one_step_off fully_async]
-                                [--validate] [dotted.key=value overrides of the recipe]
+    python bench/async_modes.py [--steps 12] [--seeds 1] [--modes sync one_step_off fully_async streaming]
+                                [--workload tiny|longtail] [--validate] [dotted.key=value overrides]
 
 Modes:
 - sync: async_training.mode=off (generation and update take turns, 2 threads each);
 - one_step_off: the next batch generated with the previous weights while the
   update runs (partial rollout off);
-- fully_async: staleness_threshold=1, trigger_parameter_sync_step=1, partial rollout on.
+- fully_async: staleness_threshold=1, trigger_parameter_sync_step=1, partial rollout on;
+- streaming: fully_async's settings with async_training.streaming=True (the
+  rollout process decodes with continuous batching; a batch is the first
+  groups to finish).
+Workloads: tiny (the tiny recipe as it is) or longtail (the built-in long-tail
+task and its model, `thinkrl.data.longtail`: most responses short, one prompt
+in seven needing 10-16 steps; responses up to 192 tokens).
 Each run is a fresh `thinkrl train` process (its own threads); the first step
 (start-up, an empty queue) is left out of the speed columns. With --validate,
 greedy held-out accuracy is measured once, after the last step.
@@ -34,6 +40,13 @@ MODES = {
     "fully_async": ["async_training.mode=fully_async", "async_training.staleness_threshold=1",
                     "async_training.trigger_parameter_sync_step=1", "async_training.partial_rollout=True",
                     "async_training.partial_chunk_tokens=16"],
+}
+MODES["streaming"] = [*MODES["fully_async"], "async_training.streaming=True"]
+WORKLOADS = {
+    "tiny": [],
+    "longtail": ["actor_rollout_ref.model.path=builtin:tiny-qwen2-longtail",
+                 "data.train_files=builtin:longtail/train", "data.val_files=builtin:longtail/test",
+                 "data.max_prompt_length=256", "data.max_response_length=192"],
 }
 
 
@@ -61,7 +74,10 @@ def summary(records: list[dict]) -> dict[str, float]:
                                              for r in steps),
            "staleness": statistics.mean(r.get("fully_async/staleness/mean", 0.0) for r in steps),
            "partial": statistics.mean(r.get("fully_async/partial/partial_ratio", 0.0) for r in steps),
-           "resp len": statistics.mean(r["response_length/mean"] for r in steps)}
+           "resp len": statistics.mean(r["response_length/mean"] for r in steps),
+           # forwards to generate a batch: the longest response when it is decoded alone
+           "decode steps": statistics.mean(r.get("fully_async/rollouter/decode_steps",
+                                                 r["response_length/max"]) for r in steps)}
     accuracy = [r[ACCURACY] for r in records if ACCURACY in r]
     row["val acc"] = accuracy[-1] if accuracy else float("nan")
     return row
@@ -72,6 +88,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    parser.add_argument("--workload", default="tiny", choices=list(WORKLOADS))
     parser.add_argument("--validate", action="store_true")
     parser.add_argument("--out", type=Path, default=None, help="keep the runs here")
     parser.add_argument("overrides", nargs="*")
@@ -79,7 +96,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.out or Path(tmp)
         rows = {(m, s): summary(run(m, s, steps=args.steps, validate=args.validate,
-                                     extra=args.overrides, folder=folder))
+                                     extra=WORKLOADS[args.workload] + args.overrides, folder=folder))
                 for s in args.seeds for m in args.modes}
     columns = list(next(iter(rows.values())))
     print(f"{'mode':<13} {'seed':>4} " + " ".join(f"{c:>14}" for c in columns))
