@@ -142,7 +142,8 @@ def train_step(run: Run, step: int) -> dict[str, float]:
             **rollout_metrics(rollouts, scores=scored.scores, rewards=rewards, advantages=advantages),
             **throughput_metrics(rollouts, step_seconds=timer.seconds["step"],
                                  world_size=spec.sizes.world_size),
-            **scored.metrics(), **sampled.metrics, "training/epoch": float(state.train_loader.epoch)}
+            # streaming rollout's sampler gives the epoch its batch was drawn in (the trainer's loader stands still)
+            **scored.metrics(), "training/epoch": float(state.train_loader.epoch), **sampled.metrics}
 
 
 def validation_records(records: list[dict]) -> tuple[dict[str, float], dict[str, float]]:

@@ -36,6 +36,13 @@ def generated(versions: list[list[int]], continued: int = 0) -> Generated:
     return Generated(rollouts, v, 1.0, continued)
 
 
+def test_a_streamed_batch_reports_the_epoch_its_newest_prompt_was_drawn_in():
+    batch = generated([[3, 3], [4, 4]])
+    assert "training/epoch" not in staleness_metrics(batch, trainer_version=5)
+    batch.origins = [[1, 61, 3], [2, 0, 7]]  # (epoch, position, row) per group
+    assert staleness_metrics(batch, trainer_version=5)["training/epoch"] == 2.0
+
+
 def test_staleness_is_the_lag_of_each_responses_oldest_token():
     # Trainer at version 5. Row 0: all of version 4 (lag 1); row 1: versions 3 then 5
     # (partial; lag 2, span 2); row 2: all 5 (lag 0); row 3: no tokens (left out).

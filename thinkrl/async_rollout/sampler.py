@@ -257,4 +257,6 @@ def staleness_metrics(generated: Generated, *, trainer_version: int) -> dict[str
     }
     for k, count in zip(*torch.unique(lag, return_counts=True)):
         metrics[f"fully_async/samples_per_lag/{int(k)}"] = float(count)
+    if generated.origins:  # streamed: the rollout process's loader drew the prompts
+        metrics["training/epoch"] = float(max(epoch for epoch, _, _ in generated.origins))
     return metrics
