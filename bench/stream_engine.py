@@ -14,15 +14,13 @@ from __future__ import annotations
 import argparse
 import time
 
-import pyarrow.parquet as pq
 import torch
 
 from thinkrl.async_rollout.stream import StreamEngine, StreamSchedule
 from thinkrl.builtin import resolve_data_files, resolve_model_path
-from thinkrl.data.dataset import Prompt, PromptLoader
+from thinkrl.data.dataset import Prompt, PromptLoader, load_prompts
 from thinkrl.models.lean_decoder import lean_spec
 from thinkrl.models.loading import load_causal_lm
-from thinkrl.records import Sample
 from thinkrl.rollout.base import SamplingParams
 from thinkrl.rollout.continuous import SlotDecoder
 from thinkrl.rollout.native import NativeEngine
@@ -31,13 +29,10 @@ BATCH, N, MAX_TOKENS = 32, 8, 192
 
 
 def prompts_of(tokenizer) -> list[Prompt]:
-    rows = pq.read_table(resolve_data_files("builtin:longtail/train")).to_pylist()
-    out = []
-    for i, row in enumerate(rows):
-        text = tokenizer.apply_chat_template(list(row["prompt"]), add_generation_prompt=True, tokenize=False)
-        out.append(Prompt(ids=tokenizer(text, add_special_tokens=False)["input_ids"],
-                          sample=Sample(row["data_source"], row["reward_model"]["ground_truth"], text, index=i)))
-    return out
+    """The task's training prompts, read and rendered as a run reads them."""
+    return load_prompts(resolve_data_files("builtin:longtail/train"), tokenizer, key="data.train_files",
+                        prompt_key="prompt", reward_fn_key="data_source", max_prompt_length=256,
+                        filter_overlong=False, truncation="error", chat_kwargs={}, log=lambda *_: None)
 
 
 def step_cost(model) -> None:

@@ -28,7 +28,6 @@ trains on exactly the batches the straight run would have (`queue_state`).
 from __future__ import annotations
 
 import collections
-import copy
 import math
 import time
 from dataclasses import dataclass
@@ -164,10 +163,8 @@ class AsyncRollout:
         self._wait(self.process.submit("set_generator_state", state["generator"]))
         self.queue.clear()
         for saved in state["queue"]:
-            loader = copy.copy(self.loader)
-            loader.load_state_dict(saved["loader_state"])
-            self.queue.append(_Batch(None, saved["loader_state"],
-                                     _restored(saved, loader.next_batch(), self.sampling.n)))
+            prompts = self.loader.batch_at(saved["loader_state"])
+            self.queue.append(_Batch(None, saved["loader_state"], _restored(saved, prompts, self.sampling.n)))
 
     # -- weights ---------------------------------------------------------------
     def _send_if_behind(self) -> None:

@@ -185,14 +185,22 @@ def _assemble(first: Rollouts, pieces: list[_Piece], pad: int, started: float,
         rows_v.append(torch.cat([p.versions[r][k] for p, k in zip(pieces, keep)]))
         for p in pieces:
             reasons[r] = p.reasons.get(r, reasons[r])
-    width = max(1, max(len(t) for t in rows_ids))
-    ids = torch.full((n, width), pad, dtype=torch.long)
-    mask, logprobs = torch.zeros_like(ids), torch.zeros(n, width)
-    versions = torch.full((n, width), NO_VERSION, dtype=torch.long)
-    for r in range(n):
-        k = len(rows_ids[r])
-        ids[r, :k], mask[r, :k], logprobs[r, :k], versions[r, :k] = rows_ids[r], 1, rows_lp[r], rows_v[r]
+    ids, mask, logprobs, versions = right_padded(rows_ids, rows_lp, rows_v, pad)
     rollouts = Rollouts(first.prompt_ids, first.prompt_mask, ids, mask, logprobs, reasons,
                         first.group_ids, first.samples)
     return Generated(rollouts, versions, time.perf_counter() - started, continued,
                      decode_steps=sum(p.ids.shape[1] for p in pieces))
+
+
+def right_padded(tokens: list[Tensor], logprobs: list[Tensor], versions: list[Tensor],
+                 pad: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """N responses of their own lengths as [N, R] tensors, R the longest (at
+    least 1): ids (pad after the end), mask, log-probs (0), versions (NO_VERSION)."""
+    n, width = len(tokens), max(1, max(len(t) for t in tokens))
+    ids = torch.full((n, width), pad, dtype=torch.long)
+    mask, padded_logprobs = torch.zeros_like(ids), torch.zeros(n, width)
+    padded_versions = torch.full((n, width), NO_VERSION, dtype=torch.long)
+    for r, (t, lp, v) in enumerate(zip(tokens, logprobs, versions)):
+        k = len(t)
+        ids[r, :k], mask[r, :k], padded_logprobs[r, :k], padded_versions[r, :k] = t, 1, lp, v
+    return ids, mask, padded_logprobs, padded_versions

@@ -50,9 +50,10 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from thinkrl.async_rollout.server import NO_VERSION, Generated
+from thinkrl.async_rollout.server import NO_VERSION, Generated, right_padded
 from thinkrl.checkpoint.resume import is_save_step
-from thinkrl.data.dataset import PromptLoader
+from thinkrl.data.dataset import Prompt, PromptLoader, collate
+from thinkrl.models.lean_decoder import lean_spec
 from thinkrl.records import FINISH_LENGTH, FINISH_STOP, PromptBatch, Rollouts
 from thinkrl.rollout.base import SamplingParams
 from thinkrl.rollout.continuous import SlotDecoder
@@ -131,8 +132,6 @@ class StreamEngine:
     def __init__(self, engine: NativeEngine, loader: PromptLoader, params: SamplingParams,
                  schedule: StreamSchedule, *, slots: int, partial: bool, seed: int,
                  before_apply: Callable[[int], None] = lambda version: None) -> None:
-        from thinkrl.models.lean_decoder import lean_spec
-
         spec = lean_spec(engine.model)
         if spec is None:
             raise ValueError("async_training.streaming: continuous batching covers plain "
@@ -160,7 +159,8 @@ class StreamEngine:
         self.version, self.required, self.emitted = NO_VERSION, 0, 0
         self.busy, self._busy_emitted = 0.0, 0.0
         self.steps, self._steps_emitted = 0, 0  # decoding forwards
-        self.stale = False  # restored: the running slots' caches must be prefilled again
+        # None: EOS does not stop a response (ignore_eos)
+        self.stop_ids = None if params.ignore_eos else engine.eos_token_ids.to(device)
 
     # -- the loop ---------------------------------------------------------------
     def offer(self, version: int, weights: dict[str, Tensor]) -> None:
@@ -179,8 +179,6 @@ class StreamEngine:
                 self._apply()
             if self.version >= self.required:
                 self._admit()
-            if self.stale:
-                self._prefill_running()
             self._decode()
         self.busy += time.perf_counter() - started
         self._emit()
@@ -204,7 +202,6 @@ class StreamEngine:
     def _prefill_running(self) -> None:
         """The running responses' prompt and tokens so far, prefilled again
         under the weights now held; their next-token logits follow."""
-        self.stale = False
         rows = self.active.nonzero()[:, 0]
         if len(rows) == 0:
             return
@@ -257,8 +254,8 @@ class StreamEngine:
         self.tokens[rows, at], self.logprobs[rows, at] = token, logprob
         self.versions[rows, at] = self.version
         self.counts[rows] += 1
-        stopped = (torch.isin(token, self.engine.eos_token_ids.to(token.device))
-                   if not self.params.ignore_eos else torch.zeros_like(token, dtype=torch.bool))
+        stopped = (torch.zeros_like(token, dtype=torch.bool) if self.stop_ids is None
+                   else torch.isin(token, self.stop_ids))
         done = stopped | (self.counts[rows] >= self.params.max_tokens)
         for slot, stop in zip(rows[done].tolist(), stopped[done].tolist()):
             self._finish(slot, FINISH_STOP if stop else FINISH_LENGTH)
@@ -307,26 +304,16 @@ def assemble(groups: list[Group], *, pad: int, seconds: float, decode_steps: int
     """The emitted batch, group by group, each group's responses in sample
     order: prompts [N, P] left-padded, responses, masks, log-probs and
     versions [N, R] right-padded (N = groups x n)."""
-    prompts = [g.prompt for g in groups for _ in g.reasons]
-    responses = [t for g in groups for t in g.tokens]
-    p, r = max(len(x) for x in prompts), max(1, max(len(t) for t in responses))
-    n = len(prompts)
-    prompt_ids = torch.full((n, p), pad, dtype=torch.long)
-    prompt_mask = torch.zeros_like(prompt_ids)
-    ids = torch.full((n, r), pad, dtype=torch.long)
-    mask, logprobs = torch.zeros_like(ids), torch.zeros(n, r)
-    versions = torch.full((n, r), NO_VERSION, dtype=torch.long)
-    row = 0
-    for g in groups:
-        for tokens, lp, v in zip(g.tokens, g.logprobs, g.versions):
-            prompt_ids[row, p - len(g.prompt):], prompt_mask[row, p - len(g.prompt):] = g.prompt, 1
-            k = len(tokens)
-            ids[row, :k], mask[row, :k], logprobs[row, :k], versions[row, :k] = tokens, 1, lp, v
-            row += 1
+    n = len(groups[0].reasons)
+    prompts = collate([Prompt(g.prompt.tolist(), g.sample) for g in groups], pad_token_id=pad)
+    ids, mask, logprobs, versions = right_padded([t for g in groups for t in g.tokens],
+                                                 [lp for g in groups for lp in g.logprobs],
+                                                 [v for g in groups for v in g.versions], pad)
     continued = sum(int(len(torch.unique(v)) > 1) for g in groups for v in g.versions)
-    rollouts = Rollouts(prompt_ids, prompt_mask, ids, mask, logprobs,
+    rollouts = Rollouts(prompts.input_ids.repeat_interleave(n, 0),
+                        prompts.attention_mask.repeat_interleave(n, 0), ids, mask, logprobs,
                         [reason for g in groups for reason in g.reasons],
-                        torch.arange(len(groups)).repeat_interleave(len(groups[0].reasons)),
-                        [g.sample for g in groups for _ in g.reasons])
+                        torch.arange(len(groups)).repeat_interleave(n),
+                        [g.sample for g in groups for _ in range(n)])
     return Generated(rollouts, versions, seconds, continued, decode_steps=decode_steps,
                      origins=[list(g.origin) for g in groups])

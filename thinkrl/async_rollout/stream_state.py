@@ -5,8 +5,6 @@ them. Prompts are not stored: each group keeps where the loader drew it
 
 from __future__ import annotations
 
-import copy
-
 import torch
 
 from thinkrl.async_rollout.server import Generated
@@ -34,6 +32,9 @@ def restore(engine: StreamEngine, state: dict) -> None:
     prefilled again before they go on (under the weights applied next)."""
     if engine.emitted or engine.admitted or bool(engine.active.any()):
         raise AssertionError("a snapshot is restored into a fresh engine only")
+    if not engine.schedule.is_checkpoint(int(state["required"])):
+        # the load it waits for must prefill the running responses (StreamEngine._apply)
+        raise AssertionError("a snapshot is taken before a checkpoint's load only")
     used = [int(s) for g in state["admitted"] for s in g["slots"]]
     if used and max(used) >= engine.slots:
         raise ValueError(f"the checkpoint's rollout ran {max(used) + 1}+ slots, this run has "
@@ -50,7 +51,6 @@ def restore(engine: StreamEngine, state: dict) -> None:
     engine.admitted = [_group(engine, g, redraw) for g in state["admitted"]]
     engine.finished = [_group(engine, g, redraw) for g in state["finished"]]
     engine.ready = [restored_generated(g, redraw) for g in state["ready"]]
-    engine.stale = True
 
 
 class Redraw:
@@ -62,9 +62,7 @@ class Redraw:
     def __call__(self, origin) -> tuple[torch.Tensor, object]:
         epoch, position, row = (int(x) for x in origin)
         if (epoch, position) not in self._batches:
-            loader = copy.copy(self.loader)
-            loader.load_state_dict({"epoch": epoch, "position": position})
-            self._batches[epoch, position] = loader.next_batch()
+            self._batches[epoch, position] = self.loader.batch_at({"epoch": epoch, "position": position})
         batch = self._batches[epoch, position]
         return prompt_tokens(batch, row), batch.samples[row]
 

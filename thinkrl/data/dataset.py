@@ -3,6 +3,8 @@ served in seeded shuffled batches whose position a checkpoint can restore."""
 
 from __future__ import annotations
 
+import copy
+
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -150,6 +152,13 @@ class PromptLoader:
         self.position += 1
         return collate([self.prompts[i] for i in order[start:start + self.batch_size]],
                        pad_token_id=self.pad_token_id)
+
+    def batch_at(self, state: dict) -> PromptBatch:
+        """The batch `next_batch` draws from `state` (a `state_dict`), without
+        moving this loader: a checkpointed batch's prompts, drawn again."""
+        loader = copy.copy(self)
+        loader.load_state_dict(state)
+        return loader.next_batch()
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "position": self.position}

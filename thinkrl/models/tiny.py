@@ -192,10 +192,17 @@ def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec = TinyModelSpec(),
     # so the held-out test set is never seen in pretraining.
     problems, _ = synthetic.split_problems(train=spec.pretrain_problems, test=synthetic.TEST_SIZE,
                                            seed=synthetic.DATA_SEED)
+    return build_on_problems(problems, out_dir, spec, name="tiny base model", log=log)
+
+
+def build_on_problems(problems: list[synthetic.ArithProblem], out_dir: Path, spec: TinyModelSpec, *,
+                      name: str, log=print) -> Path:
+    """Tokenizer + Qwen2 model pretrained on worked and one-step answers to
+    `problems` (a share `spec.full_solution_rate` worked), saved in `out_dir`."""
     pairs = synthetic.pretraining_texts(problems, full_solution_rate=spec.full_solution_rate,
                                         seed=spec.seed)
     tokenizer = build_tokenizer([q + "\n" + a for q, a in pairs], vocab_size=spec.vocab_size)
-    return seeded_build(spec, tokenizer, out_dir, name="tiny base model", log=log,
+    return seeded_build(spec, tokenizer, out_dir, name=name, log=log,
                         train=lambda model: pretrain(model, tokenizer, pairs, spec, log=log))
 
 

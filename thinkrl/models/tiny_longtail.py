@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from thinkrl.data import longtail, synthetic
-from thinkrl.models.tiny import TinyModelSpec, build_tokenizer, pretrain, seeded_build
+from thinkrl.data import longtail
+from thinkrl.models.tiny import TinyModelSpec, build_on_problems
 
 
 @dataclass(frozen=True)
@@ -22,8 +22,4 @@ def build_longtail_model(out_dir: str | Path, spec: LongTailModelSpec = LongTail
                          log=print) -> Path:
     """Tokenizer + Qwen2 model + pretraining on long-tailed problems, saved atomically."""
     problems, _ = longtail.split_problems(train=spec.pretrain_problems, test=longtail.TEST_SIZE)
-    pairs = synthetic.pretraining_texts(problems, full_solution_rate=spec.full_solution_rate,
-                                        seed=spec.seed)
-    tokenizer = build_tokenizer([q + "\n" + a for q, a in pairs], vocab_size=spec.vocab_size)
-    return seeded_build(spec, tokenizer, Path(out_dir), name="tiny long-tail model", log=log,
-                        train=lambda model: pretrain(model, tokenizer, pairs, spec, log=log))
+    return build_on_problems(problems, Path(out_dir), spec, name="tiny long-tail model", log=log)
