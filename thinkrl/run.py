@@ -21,6 +21,7 @@ from typing import Callable
 from thinkrl.algos.kl_control import KLController
 from thinkrl.algos.rollout_correction import RolloutCorrection
 from thinkrl.checkpoint.lock import RunLock
+from thinkrl.checkpoint.store import remove_own_unfinished_saves
 from thinkrl.config import Config
 from thinkrl.config.sizes import DerivedSizes
 from thinkrl.data.dataset import Prompt, PromptLoader
@@ -145,5 +146,6 @@ class Run:
             self.state.metrics_log.close()
         finally:
             self.roles.close()
-            if self.lock is not None:
+            if self.lock is not None:  # no save can be writing now: the workers are stopped
+                remove_own_unfinished_saves(self.spec.run_dir)
                 self.lock.release()

@@ -14,8 +14,8 @@ import torch
 from thinkrl.checkpoint.resume import checkpoint_to_resume, should_save
 from thinkrl.checkpoint.state import capture_rng, restore_rng
 from thinkrl.checkpoint.store import (MARKER, TRACKER, atomic_checkpoint, complete_checkpoints,
-                                      latest_checkpoint, remove_stale_tmp, resolve_checkpoint,
-                                      rotate)
+                                      latest_checkpoint, remove_own_unfinished_saves, remove_stale_tmp,
+                                      resolve_checkpoint, rotate)
 from thinkrl.config import load_config
 from thinkrl.config.checks import validate
 from thinkrl.config.schema import TrainerConfig
@@ -61,6 +61,32 @@ def test_latest_ignores_unfinished_and_unmarked_folders(tmp_path):
     assert "not a complete checkpoint" in messages[0]
     remove_stale_tmp(tmp_path, log=lambda *_: None)
     assert not (tmp_path / "global_step_3.tmp-99999999").exists()
+
+
+def test_a_save_cut_before_its_block_starts_is_removed_when_the_run_closes(tmp_path):
+    """A stop raised after atomic_checkpoint made its folder but before the
+    `with` block begins skips the block's cleanup until the generator is
+    finalised, which a reference still held delays past the exit. The
+    close-time sweep removes this process's unfinished folders and keeps
+    complete ones and a checkpoint moved aside."""
+    import os
+
+    _save(tmp_path, 1)
+    saving = atomic_checkpoint(tmp_path, 2, {"step": 2})
+    cut = saving.__enter__()  # entered, then the stop: __exit__ never runs
+    (cut / "weights.bin").write_bytes(b"x")
+    complete = tmp_path / f"global_step_3.tmp-{os.getpid()}"
+    complete.mkdir()
+    (complete / MARKER).write_text("{}")
+    moved_aside = tmp_path / f"global_step_1.tmp-{os.getpid()}-replaced"
+    moved_aside.mkdir()
+    other = tmp_path / "global_step_4.tmp-99999999"  # another process's: remove_stale_tmp's to judge
+    other.mkdir()
+    notes = []
+    remove_own_unfinished_saves(tmp_path, log=notes.append)
+    assert not cut.exists() and notes == [f"removing {cut.name}: this run's checkpoint save that a stop cut short"]
+    assert complete.exists() and moved_aside.exists() and other.exists()
+    assert [p.name for p in complete_checkpoints(tmp_path)] == ["global_step_1"]
 
 
 def test_tracker_wins_over_later_steps_of_an_older_run(tmp_path):

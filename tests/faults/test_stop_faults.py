@@ -114,13 +114,14 @@ def test_sigterm_mid_step(tiny):
     """Case: SIGTERM (a job scheduler's stop) to a training process after its first checkpoint.
     Behaviour: exit 143 with no traceback; says it was stopped by SIGTERM, what is kept and the
     resume command (before: no message at all).
-    Kept: every finished checkpoint, intact; the lock released."""
+    Kept: every finished checkpoint, intact; no temporary save folder; the lock released."""
     run_dir, _ = tiny
     code, err = _signal_after_first_checkpoint(tiny, signal.SIGTERM)
     assert code == 143, err
     assert "Traceback" not in err and "thinkrl: stopped by SIGTERM" in err
     kept = on_disk(run_dir)
-    assert kept and all(intact(run_dir / name) for name in kept)
+    assert kept and all(".tmp-" not in name for name in kept)
+    assert all(intact(run_dir / name) for name in kept)
     assert re.search(r"Resume with: thinkrl train .* trainer\.resume_mode=auto", err)
     assert (run_dir / LOCK_FILE).read_text() == ""
 
@@ -136,6 +137,27 @@ def test_ctrl_c_mid_save(tiny, capsys, monkeypatch):
     assert "Kept: global_step_1" in err and "Resume with: thinkrl train" in err
     assert on_disk(run_dir) == ["global_step_1"] and intact(run_dir / "global_step_1")
     assert (run_dir / TRACKER).read_text().strip() == "1"
+
+
+def test_sigterm_right_after_the_save_folder_is_made(tiny, capsys, monkeypatch):
+    """Case: SIGTERM handled the instant mkdir made global_step_2's temporary folder (a slow
+    mkdir on a disk busy with the last save's fsyncs; CI kept such a folder once).
+    Behaviour: exit 143; the folder is removed with the save's other cleanup.
+    Kept: global_step_1, intact; no temporary save folder."""
+    from thinkrl.exits import Terminated
+
+    run_dir, argv = tiny
+    real_mkdir = Path.mkdir
+
+    def mkdir_then_stop(self, *args, **kwargs):
+        real_mkdir(self, *args, **kwargs)
+        if self.name.startswith("global_step_2.tmp-"):
+            raise Terminated()
+
+    monkeypatch.setattr(Path, "mkdir", mkdir_then_stop)
+    assert main(argv("trainer.total_training_steps=3", "trainer.save_freq=1")) == 143
+    assert "stopped by SIGTERM" in capsys.readouterr().err
+    assert on_disk(run_dir) == ["global_step_1"] and intact(run_dir / "global_step_1")
 
 
 def test_disk_full_mid_save_then_resume(tiny, capsys, monkeypatch):

@@ -133,6 +133,23 @@ def remove_stale_tmp(run_dir: Path, *, log=print) -> None:
         shutil.rmtree(stale, ignore_errors=True)
 
 
+def remove_own_unfinished_saves(run_dir: Path, *, log=print) -> None:
+    """Delete the `.tmp-<pid>` folders of this process: called when a run
+    closes, when no save of it can still be writing. A stop (Ctrl-C, SIGTERM)
+    raised between `atomic_checkpoint` making its folder and the `with` block
+    starting skips the block's cleanup until the generator is finalised,
+    which a reference still held to it can delay past the exit.
+    A folder holding the completion marker, or an older checkpoint moved
+    aside (`-replaced`), is kept: a stop during the final rename may leave
+    the only complete copy there."""
+    if not run_dir.is_dir():
+        return
+    for mine in sorted(p for p in run_dir.iterdir() if _TMP.match(p.name) and _tmp_owner(p) == os.getpid()
+                       and not p.name.endswith("-replaced") and not (p / MARKER).exists()):
+        log(f"removing {mine.name}: this run's checkpoint save that a stop cut short")
+        shutil.rmtree(mine, ignore_errors=True)
+
+
 def _tmp_owner(folder: Path) -> int | None:
     """The pid in `global_step_N.tmp-<pid>[-replaced]`."""
     match = _TMP_PID.match(folder.name)
@@ -147,9 +164,9 @@ def atomic_checkpoint(run_dir: Path, step: int, meta: dict) -> Iterator[Path]:
     error the temporary folder is deleted and the error propagates."""
     final = checkpoint_dir(run_dir, step)
     tmp = run_dir / f"{final.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    try:  # the folder is made inside: a signal raised right after mkdir still removes it
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
         yield tmp
         meta = {**meta, FILES_KEY: file_digests(tmp)}  # read back from the page cache: fast
         (tmp / MARKER).write_text(json.dumps(meta, indent=2) + "\n")  # fsynced below
