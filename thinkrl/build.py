@@ -88,10 +88,10 @@ def _assemble(cfg: Config, sizes: DerivedSizes, *, log=print) -> Run:
     rank_spec = RankSpec.of_model(cfg, sizes, model_path, tokenizer, total_steps=total_steps,
                                   with_reference=with_reference)
     roles = build_roles(rank_spec, log=log)
-    if cfg.actor_rollout_ref.model.lora_rank > 0 and cfg.actor_rollout_ref.rollout.name != "native":
-        log(f"note: LoRA with rollout.name={cfg.actor_rollout_ref.rollout.name}: the engine is sent the "
-            "base with the adapter merged in (W + s B A) after every update, attested like any "
-            "weights; the engine's own adapter serving is not used")
+    if cfg.actor_rollout_ref.model.lora_rank > 0 and cfg.actor_rollout_ref.rollout.name == "vllm":
+        from thinkrl.models.vision import is_vision_model
+        from thinkrl.rollout.vllm_lora import lora_sync
+        log(f"note: {lora_sync(cfg, vision=is_vision_model(model_path))[1]}; attested at every sync")
     if tools is not None:  # every generate call (training and validation) runs the tool loop
         roles = dataclasses.replace(roles, engine=with_tool_loop(
             cfg, roles.engine, tokenizer=tokenizer, runner=tools,

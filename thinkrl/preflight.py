@@ -13,7 +13,7 @@ from thinkrl.config.checks import execution_backend
 from thinkrl.errors import SetupError
 from thinkrl.parallel.device import resolve_device
 from thinkrl.parallel.fsdp import MIN_TORCH
-from thinkrl.rollout.vllm_engine import (check_vllm_usable, engine_model_problem,
+from thinkrl.rollout.vllm_checks import (check_vllm_usable, engine_model_problem,
                                          engine_parallel_problem)
 
 

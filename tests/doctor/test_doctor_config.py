@@ -119,7 +119,7 @@ def test_ray_backend_torch_range(monkeypatch):
 def test_rollout_tp_must_split_the_attention_heads():
     from types import SimpleNamespace
 
-    from thinkrl.rollout.vllm_engine import engine_model_problem
+    from thinkrl.rollout.vllm_checks import engine_model_problem
 
     def rollout(tp, name="vllm"):
         return SimpleNamespace(name=name, tensor_model_parallel_size=tp)

@@ -11,7 +11,7 @@ from transformers import AutoConfig, AutoTokenizer
 
 from rehearse_helpers import real_model_folder
 from thinkrl.rehearse.shrink import ShrinkSpec, build_shrunk_model, scaled_sections, shrunk_config
-from thinkrl.rollout.vllm_engine import engine_model_problem
+from thinkrl.rollout.vllm_checks import engine_model_problem
 
 
 class _Rollout:

@@ -17,8 +17,8 @@ from thinkrl.errors import SetupError
 from thinkrl.records import FINISH_LENGTH, FINISH_STOP
 from thinkrl.rollout.base import SamplingParams
 from thinkrl.rollout.native import NativeEngine
-from thinkrl.rollout.vllm_engine import (VllmEngine, check_vllm_usable, engine_arguments,
-                                         to_rollouts)
+from thinkrl.rollout.vllm_checks import check_vllm_usable
+from thinkrl.rollout.vllm_engine import VllmEngine, engine_arguments, to_rollouts
 from thinkrl.rollout.weight_sync import buckets, full_state_tensors, layer_of
 
 MB = 2**20
@@ -217,3 +217,21 @@ def test_stale_cpu_shm_of_this_ranks_tp_group_is_removed_and_nothing_else(tmp_pa
     assert remove_stale_cpu_shm(2, 2, folder=str(tmp_path))[0].endswith("x-tp:1-[2-3]-cpushm_0")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["-tp:0-[0-1]-cpushm_0", "psm_a2bdc10c", "-tp:0-[0-1-2-3]-cpushm_1"])
+
+
+def test_the_choice_between_adapter_and_merged_weights_is_stated():
+    from thinkrl.config import load_config
+    from thinkrl.rollout.vllm_lora import engine_lora_arguments, lora_sync
+
+    def choice(*overrides, vision=False):
+        cfg = load_config("tiny", ["actor_rollout_ref.rollout.name=vllm",
+                                   "actor_rollout_ref.model.lora_rank=8", *overrides])
+        return lora_sync(cfg, vision=vision)
+
+    assert choice()[0] and "serves the adapter itself" in choice()[1]
+    assert choice("actor_rollout_ref.model.lora.merge=True") == (
+        False, "LoRA with rollout.name=vllm: the engine is sent the base with the adapter merged in "
+               "(W + s B A) after every update (actor_rollout_ref.model.lora.merge=True)")
+    assert not choice(vision=True)[0] and "vision-language" in choice(vision=True)[1]
+    assert not choice("actor_rollout_ref.model.lora_rank=1024")[0]
+    assert engine_lora_arguments(12)["max_lora_rank"] == 16

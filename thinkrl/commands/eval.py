@@ -132,7 +132,7 @@ def run_eval(cfg, *, log=print):
     from thinkrl.evaluation import evaluate
     from thinkrl.errors import SetupError
     from thinkrl.preflight import check_model
-    from thinkrl.rollout.vllm_engine import engine_parallel_problem
+    from thinkrl.rollout.vllm_checks import engine_parallel_problem
     from thinkrl.rewards.scorer import RewardScorer
     from thinkrl.tools.setup import chat_kwargs_with_tools, run_tools, with_tool_loop
     from thinkrl.workers.group import LocalGroup

@@ -119,8 +119,12 @@ def _model_and_data_notes(cfg: Config) -> Notes:
         notes.append(((f"{ARR}.model.use_fused_kernels",), f"it is used only with "
                       f"{ARR}.model.use_remove_padding=True (the shared-prompt pass)"))
     if arr.model.lora_rank <= 0:
-        notes.append((tuple(f"{ARR}.model.{k}" for k in ("lora_alpha", "target_modules", "exclude_modules")),
+        notes.append((tuple(f"{ARR}.model.{k}" for k in ("lora_alpha", "target_modules", "exclude_modules",
+                                                          "lora.merge")),
                       f"it configures LoRA adapters and {ARR}.model.lora_rank=0 (every weight trains)"))
+    elif arr.rollout.name != "vllm":
+        notes.append(((f"{ARR}.model.lora.merge",), f"only a vLLM engine holds its own weights; "
+                       f"{_ROLLOUT}.name={arr.rollout.name} samples from the actor's module"))
     notes.append(((f"{ARR}.model.layered_summon",),
                   "the weight sync always gathers FSDP2 shards one tensor at a time"))
     return notes

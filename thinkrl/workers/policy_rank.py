@@ -102,6 +102,8 @@ class PolicyRank:
         dtype = compute_dtype(self.device, arr.model.dtype)
         self.autocast = autocast(self.device, dtype)
         self.lora: Lora | None = None  # LoRA (model.lora_rank > 0): set by _load
+        self._serves_adapter = False  # a vLLM engine serving the LoRA adapter (`vllm_lora`)
+        self._base_to_attest: Ledger | None = None  # its base's digests, until the first sync checks them
         model = self._load(gradient_checkpointing=arr.model.enable_gradient_checkpointing,
                            dtype=dtype, param_offload=offload[0], weights_dtype=torch.float32,
                            lora=LoraSettings.of(arr.model))
@@ -142,6 +144,9 @@ class PolicyRank:
         if rollout.name == "vllm":
             from thinkrl.models.vision import is_vision_model
             from thinkrl.rollout.vllm_engine import VllmEngine
+            from thinkrl.rollout.vllm_lora import lora_sync
+            vision = is_vision_model(spec.model_path)
+            serves_adapter = self.lora is not None and lora_sync(spec.cfg, vision=vision)[0]
             # The ranks of one tensor-parallel engine draw the same seeds.
             engine_index = spec.rank // rollout.tensor_model_parallel_size
             engine = VllmEngine.start(
@@ -150,8 +155,15 @@ class PolicyRank:
                 eos_token_ids=list(spec.eos_token_ids), pad_token_id=spec.pad_token_id,
                 seed=sampling_seed(spec.cfg, rank=engine_index), device_kind=self.device.type,
                 group_rank=(spec.rank, self._local_rank()) if sharded else None,
-                vision_model=model if is_vision_model(spec.model_path) else None)
-            engine.update_weights(self.actor.weights())
+                vision_model=model if vision else None,
+                lora_rank=spec.cfg.actor_rollout_ref.model.lora_rank if serves_adapter else 0)
+            if serves_adapter:  # the frozen base once (its digests checked at the first sync)
+                self._serves_adapter = True
+                self._base_to_attest = engine.update_weights(self.actor.base_weights())
+                engine.update_adapter(self.actor.adapter_weights(), self.lora.scalings(),
+                                      rank=spec.cfg.actor_rollout_ref.model.lora_rank)
+            else:
+                engine.update_weights(self.actor.weights())
             return engine
         return NativeEngine(
             model, eos_token_ids=list(spec.eos_token_ids), pad_token_id=spec.pad_token_id,
@@ -175,8 +187,18 @@ class PolicyRank:
         native engine samples from the actor's module: nothing to sync (None)."""
         if isinstance(self.engine, NativeEngine):
             return None
-        sent = self.engine.update_weights(self.actor.weights())
-        return sent, self.engine.served()
+        if not self._serves_adapter:
+            sent = self.engine.update_weights(self.actor.weights())
+            return sent, self.engine.served()
+        # The engine serves the adapter (`thinkrl.rollout.vllm_lora`): it alone changed. The
+        # base, loaded once and never written again, is attested once, at the first sync.
+        sent = self.engine.update_adapter(self.actor.adapter_weights(), self.lora.scalings(),
+                                          rank=self.spec.cfg.actor_rollout_ref.model.lora_rank)
+        base, self._base_to_attest = self._base_to_attest, None
+        if base is not None:
+            sent = Ledger(units={**base.units, **sent.units}, numel={**base.numel, **sent.numel},
+                          seconds=base.seconds + sent.seconds)
+        return sent, self.engine.served(adapter_only=base is None)
 
     def _offload(self, fsdp_config) -> bool:
         """verl's three offload switches map onto FSDP2's CPUOffloadPolicy,
