@@ -89,9 +89,8 @@ def _assemble(cfg: Config, sizes: DerivedSizes, *, log=print) -> Run:
                                   with_reference=with_reference)
     roles = build_roles(rank_spec, log=log)
     if cfg.actor_rollout_ref.model.lora_rank > 0 and cfg.actor_rollout_ref.rollout.name == "vllm":
-        from thinkrl.models.vision import is_vision_model
-        from thinkrl.rollout.vllm_lora import lora_sync
-        log(f"note: {lora_sync(cfg, vision=is_vision_model(model_path))[1]}; attested at every sync")
+        from thinkrl.rollout.vllm_lora import adapter_serving
+        log(f"note: {adapter_serving(cfg)[1]}; attested at every sync")
     if tools is not None:  # every generate call (training and validation) runs the tool loop
         roles = dataclasses.replace(roles, engine=with_tool_loop(
             cfg, roles.engine, tokenizer=tokenizer, runner=tools,

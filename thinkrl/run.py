@@ -146,6 +146,8 @@ class Run:
             self.state.metrics_log.close()
         finally:
             self.roles.close()
-            if self.lock is not None:  # no save can be writing now: the workers are stopped
-                remove_own_unfinished_saves(self.spec.run_dir)
-                self.lock.release()
+            if self.lock is not None:
+                try:  # this process's saves are over (a Ray rank killed late may still add a file)
+                    remove_own_unfinished_saves(self.spec.run_dir)
+                finally:
+                    self.lock.release()

@@ -89,6 +89,40 @@ def test_a_save_cut_before_its_block_starts_is_removed_when_the_run_closes(tmp_p
     assert [p.name for p in complete_checkpoints(tmp_path)] == ["global_step_1"]
 
 
+def test_a_stop_right_after_the_save_folder_is_made_removes_it(tmp_path, monkeypatch):
+    """The signal handled as mkdir returns (inside pathlib) is inside the cleanup's try."""
+    real_mkdir = Path.mkdir
+
+    def mkdir_then_stop(self, *args, **kwargs):
+        real_mkdir(self, *args, **kwargs)
+        if ".tmp-" in self.name:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Path, "mkdir", mkdir_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        _save(tmp_path, 1)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_stop_between_the_final_renames_puts_the_older_copy_back(tmp_path, monkeypatch):
+    """Saving a step again moves the older folder aside first; a stop before
+    the new one takes its place restores the older one (never no copy)."""
+    _save(tmp_path, 1)
+    real_rename = Path.rename
+
+    def rename(self, target):
+        if ".tmp-" in self.name and not self.name.endswith("-replaced"):
+            raise KeyboardInterrupt
+        return real_rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", rename)
+    with pytest.raises(KeyboardInterrupt):
+        _save(tmp_path, 1)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("global")] == ["global_step_1"]
+    assert (tmp_path / "global_step_1" / "weights.bin").read_bytes() == bytes([1])
+    assert complete_checkpoints(tmp_path) == [tmp_path / "global_step_1"]
+
+
 def test_tracker_wins_over_later_steps_of_an_older_run(tmp_path):
     _save(tmp_path, 5)  # left by an earlier, longer run
     _save(tmp_path, 2)  # this run's last save moved the tracker

@@ -25,9 +25,9 @@ from thinkrl.rollout.weight_sync import full_state_tensors  # noqa: E402
 RANK = 8
 
 
-def lora_model(seed: int, targets="all-linear"):
+def lora_model(seed: int, targets="all-linear", base=make_model):
     """The test model with an adapter whose A and B are both far from zero."""
-    model = make_model()
+    model = base()
     lora = attach_lora(model, LoraSettings(rank=RANK, alpha=16, target_modules=targets))
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -100,3 +100,30 @@ def test_an_adapter_that_never_reaches_the_engine_stops_the_run(engine, monkeypa
     with pytest.raises(WeightSyncMismatch, match=r"lora_[AB]"):
         sync(engine, changed, changed_lora, first=False)
 
+
+def make_llama():
+    """A Llama: its vLLM class also wraps the embeddings and the logits
+    processor for LoRA (other slot layouts, which the read-back must pass by)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
+                      tie_word_embeddings=False, initializer_range=0.3, eos_token_id=1,
+                      pad_token_id=PAD, bos_token_id=1)
+    torch.manual_seed(0)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def test_a_llama_engine_serves_the_adapter(tmp_path):
+    make_llama().save_pretrained(tmp_path)
+    llama = VllmEngine.start(engine_config(), model_path=str(tmp_path), max_model_len=64,
+                             eos_token_ids=MANY_EOS, pad_token_id=PAD, seed=3, device_kind="cpu",
+                             lora_rank=RANK)
+    try:
+        model, lora = lora_model(seed=6, base=make_llama)
+        sync(llama, model, lora)
+        sync(llama, model, lora, first=False)
+        greedy = SamplingParams(n=1, max_tokens=16, do_sample=False)
+        got, want = llama.generate(batch(), greedy), native(model).generate(batch(), greedy)
+        assert got.response_ids.tolist() == want.response_ids.tolist()
+    finally:
+        llama.close()

@@ -219,19 +219,29 @@ def test_stale_cpu_shm_of_this_ranks_tp_group_is_removed_and_nothing_else(tmp_pa
         ["-tp:0-[0-1]-cpushm_0", "psm_a2bdc10c", "-tp:0-[0-1-2-3]-cpushm_1"])
 
 
-def test_the_choice_between_adapter_and_merged_weights_is_stated():
-    from thinkrl.config import load_config
-    from thinkrl.rollout.vllm_lora import engine_lora_arguments, lora_sync
+def test_the_choice_between_adapter_and_merged_weights_is_stated(monkeypatch, tmp_path):
+    import json
 
-    def choice(*overrides, vision=False):
+    from thinkrl.config import load_config
+    from thinkrl.rollout import vllm_lora
+
+    def choice(*overrides):
         cfg = load_config("tiny", ["actor_rollout_ref.rollout.name=vllm",
                                    "actor_rollout_ref.model.lora_rank=8", *overrides])
-        return lora_sync(cfg, vision=vision)
+        return vllm_lora.adapter_serving(cfg)
 
+    monkeypatch.setattr(vllm_lora, "_vllm_release", lambda: (0, 32))
     assert choice()[0] and "serves the adapter itself" in choice()[1]
     assert choice("actor_rollout_ref.model.lora.merge=True") == (
         False, "LoRA with rollout.name=vllm: the engine is sent the base with the adapter merged in "
                "(W + s B A) after every update (actor_rollout_ref.model.lora.merge=True)")
-    assert not choice(vision=True)[0] and "vision-language" in choice(vision=True)[1]
     assert not choice("actor_rollout_ref.model.lora_rank=1024")[0]
-    assert engine_lora_arguments(12)["max_lora_rank"] == 16
+    assert not choice("+actor_rollout_ref.rollout.engine_kwargs.vllm.fully_sharded_loras=True")[0]
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"r": 8, "lora_alpha": 16, "rank_pattern": {"q_proj": 4}}))
+    assert "rank_pattern" in choice(f"actor_rollout_ref.model.lora_adapter_path={tmp_path}",
+                                    "actor_rollout_ref.model.lora_alpha=16")[1]
+    monkeypatch.setattr(vllm_lora, "_vllm_release", lambda: (0, 16))
+    assert choice() == (False, "LoRA with rollout.name=vllm: the engine is sent the base with the adapter "
+                               "merged in (W + s B A) after every update: serving the adapter itself is "
+                               "built on vLLM 0.32+ (here: 0.16)")
+    assert vllm_lora.engine_lora_arguments(12)["max_lora_rank"] == 16

@@ -140,8 +140,7 @@ def remove_own_unfinished_saves(run_dir: Path, *, log=print) -> None:
     starting skips the block's cleanup until the generator is finalised,
     which a reference still held to it can delay past the exit.
     A folder holding the completion marker, or an older checkpoint moved
-    aside (`-replaced`), is kept: a stop during the final rename may leave
-    the only complete copy there."""
+    aside (`-replaced`), is kept: never delete a complete copy."""
     if not run_dir.is_dir():
         return
     for mine in sorted(p for p in run_dir.iterdir() if _TMP.match(p.name) and _tmp_owner(p) == os.getpid()
@@ -177,7 +176,10 @@ def atomic_checkpoint(run_dir: Path, step: int, meta: dict) -> Iterator[Path]:
             fsync_dir(path)
         _move_into_place(tmp, final)
     except BaseException as err:
-        written = _bytes_under(tmp)
+        try:
+            written = _bytes_under(tmp)
+        except OSError:  # a file removed while counting: the cleanup must still run
+            written = 0
         shutil.rmtree(tmp, ignore_errors=True)
 
         if isinstance(err, Exception) and is_disk_full(err, folder=run_dir):
@@ -216,7 +218,12 @@ def _move_into_place(tmp: Path, final: Path) -> None:
         old = final.with_name(f"{final.name}.tmp-{os.getpid()}-replaced")
         shutil.rmtree(old, ignore_errors=True)
         final.rename(old)
-    tmp.rename(final)
+    try:
+        tmp.rename(final)
+    except BaseException:  # a stop between the renames: the older copy goes back in place
+        if old is not None and not final.exists():
+            old.rename(final)
+        raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
 

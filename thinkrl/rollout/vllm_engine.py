@@ -42,8 +42,8 @@ from thinkrl.rollout.base import SamplingParams
 from thinkrl.rollout.native import empty_rollouts
 from thinkrl.rollout.vllm_attest import packed_modules, served_ledger
 from thinkrl.rollout.vllm_checks import check_vllm_usable
-from thinkrl.rollout.vllm_lora import (ADAPTER_ID, ADAPTER_NAME, adapter_config, adapter_module, adapter_unit,
-                                       engine_adapter, engine_lora_arguments, install_adapter, served_adapter)
+from thinkrl.rollout.vllm_lora import (adapter_config, adapter_module, adapter_unit, engine_adapter,
+                                       engine_lora_arguments, install_adapter, lora_request, served_adapter)
 from thinkrl.rollout.vllm_outputs import sampled_logprobs, to_rollouts
 from thinkrl.rollout.vllm_versions import reload_with_tensors, translate_arguments, weight_loader
 from thinkrl.rollout.vllm_vision import VisionInputs, is_synced, vision_engine_arguments
@@ -241,6 +241,9 @@ class VllmEngine:
         Returns the digests of what was sent, taken as the tensors enter (before
         any bucketing or loading), for `served` to be checked against."""
         self._wake("weights")
+        # vLLM's in-place reload drops every adapter it holds: requests stop naming
+        # ours until `update_adapter` installs it again (the attestation checks it did).
+        self._adapter = None
         if self.vision is not None:  # the engine is given image features, not pixels
             named_tensors = ((name, t) for name, t in named_tensors if is_synced(name))
         sent = Ledger()
@@ -258,7 +261,6 @@ class VllmEngine:
         module's names) in place of the engine's, in memory, and name it in
         every later request (`vllm_lora`). Returns the digests of what the
         engine was given, as `update_weights` does."""
-        from vllm.lora.request import LoRARequest
         self._wake("weights")
         sent, tensors = Ledger(), {}
         for name, tensor in engine_adapter(named_tensors, scalings, dtype=self.dtype):
@@ -266,8 +268,7 @@ class VllmEngine:
             tensors[name] = tensor
         config = adapter_config(rank, (adapter_module(n).rsplit(".", 1)[-1] for n in tensors))
         self.llm.collective_rpc(install_adapter, args=(tensors, config))
-        # lora_path is never read: the adapter is installed before any request names it.
-        self._adapter = LoRARequest(ADAPTER_NAME, ADAPTER_ID, lora_path="in-memory")
+        self._adapter = lora_request()
         if not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM kept its prefix cache after an adapter sync (requests still "
                                "running?): the next rollout would reuse KV of the old adapter")

@@ -13,11 +13,10 @@ lora_alpha = r, so its own scaling is exactly 1 and the engine holds
 bit-for-bit what the digests were taken of (`thinkrl.rollout.attest`).
 
 The engine is sent the base with the adapter merged in (W + s B A) instead,
-chosen at start and stated (`lora_sync`), where it cannot serve the adapter
-(a rank above vLLM's largest; a vision-language model, whose engine takes
-image features from the trainer, should LoRA on one ever pass the start-up
-checks, which refuse it today) or the user asks for it
-(actor_rollout_ref.model.lora.merge=True, verl's key).
+chosen at start and stated (`adapter_serving`), where this module cannot
+serve the adapter (a rank above vLLM's largest, per-module ranks, slots
+sharded by rank, a vLLM release before the one it was built on) or the user
+asks for it (actor_rollout_ref.model.lora.merge=True, verl's key).
 """
 
 from __future__ import annotations
@@ -29,35 +28,58 @@ from typing import Iterable, Iterator
 import torch
 from torch import Tensor
 
+from thinkrl.models.lora import read_adapter_config, saved_key
 from thinkrl.rollout.attest import Ledger, unit_of
+from thinkrl.rollout.vllm_versions import release
 
 ADAPTER_ID = 1
 """The one adapter's id in the engine (vLLM ids start at 1)."""
-ADAPTER_NAME = "thinkrl-policy"
+ENGINE_ADAPTER_NAME = "thinkrl-policy"
+# Never read: the adapter is installed before any request names it. Absolute and
+# absent, so that should vLLM ever look, it fails at once (no relative folder, no hub).
+_NO_PATH = "/nonexistent/thinkrl-adapter-is-sent-in-memory"
 # vLLM's accepted max_lora_rank values (vllm.config.lora.MaxLoRARanks).
 _ENGINE_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+# The vLLM releases whose adapter internals this module was written and tested against.
+_FIRST_SERVING_RELEASE = (0, 32)
 # "<module>.lora_A.default.weight" in the PEFT module; "<module>.lora_A.weight" saved.
 _ADAPTER_TENSOR = re.compile(r"^(.*)\.(lora_[AB])\.(?:[^.]+\.)?weight$")
-_SAVED_PREFIX = "base_model.model."
 
 
-def lora_sync(cfg, *, vision: bool) -> tuple[bool, str]:
+def adapter_serving(cfg) -> tuple[bool, str]:
     """(whether the vLLM engine serves the adapter itself, the sentence that
     says how the engine gets the trained policy). Decided once at start."""
-    model = cfg.actor_rollout_ref.model
-    name = cfg.actor_rollout_ref.rollout.name
-    merged = "the engine is sent the base with the adapter merged in (W + s B A) after every update"
+    model, rollout = cfg.actor_rollout_ref.model, cfg.actor_rollout_ref.rollout
+    merged = (f"LoRA with rollout.name={rollout.name}: the engine is sent the base with the adapter "
+              "merged in (W + s B A) after every update")
     if model.lora.merge:
-        return False, f"LoRA with rollout.name={name}: {merged} (actor_rollout_ref.model.lora.merge=True)"
-    if vision:
-        return False, (f"LoRA with rollout.name={name} on a vision-language model: {merged} (its engine "
-                       "takes image features from the trainer and serves no adapter in this release)")
+        return False, f"{merged} (actor_rollout_ref.model.lora.merge=True)"
     if model.lora_rank > _ENGINE_RANKS[-1]:
-        return False, (f"LoRA with rollout.name={name}: lora_rank={model.lora_rank} is above vLLM's "
-                       f"largest adapter rank ({_ENGINE_RANKS[-1]}): {merged}")
-    return True, (f"LoRA with rollout.name={name}: the engine loads the base once and serves the "
-                  "adapter itself; each update sends the adapter alone, in memory (set "
-                  "actor_rollout_ref.model.lora.merge=True to send merged weights instead)")
+        return False, f"{merged}: lora_rank={model.lora_rank} is above vLLM's largest adapter rank (512)"
+    release = _vllm_release()
+    if release is None or release < _FIRST_SERVING_RELEASE:
+        return False, (f"{merged}: serving the adapter itself is built on vLLM "
+                       f"{'.'.join(map(str, _FIRST_SERVING_RELEASE))}+ (here: "
+                       f"{'.'.join(map(str, release)) if release else 'none'})")
+    if (rollout.engine_kwargs.get("vllm") or {}).get("fully_sharded_loras"):
+        return False, f"{merged}: engine_kwargs.vllm.fully_sharded_loras shards the adapter's slots by rank"
+    if model.lora_adapter_path and read_adapter_config(model.lora_adapter_path).get("rank_pattern"):
+        return False, f"{merged}: the adapter at lora_adapter_path has per-module ranks (rank_pattern)"
+    return True, (f"LoRA with rollout.name={rollout.name}: the engine loads the base once and serves "
+                  "the adapter itself; each update sends the adapter alone, in memory (set "
+                  "actor_rollout_ref.model.lora.merge=True to send merged weights instead: faster "
+                  "on vLLM's CPU build, whose LoRA kernels decode slowly)")
+
+
+def _vllm_release() -> tuple[int, int] | None:
+    """vLLM's (major, minor) here, None without it. Read from the module: the
+    CPU build's distribution has another name than "vllm"."""
+    try:
+        import vllm
+    except ImportError:
+        return None
+    version = getattr(vllm, "__version__", None)
+    return release(version) if version else None
 
 
 def engine_lora_arguments(rank: int) -> dict:
@@ -72,17 +94,25 @@ def engine_adapter(named: Iterable[tuple[str, Tensor]], scalings: dict[str, floa
     pairs of A and B: PEFT's saved names, B scaled by its module's s (in
     float32), both in the engine's dtype."""
     for name, tensor in named:
-        module, part = _ADAPTER_TENSOR.match(name).groups()
-        if part == "lora_B":
-            tensor = tensor.float() * scalings[module]
-        yield f"{_SAVED_PREFIX}{module}.{part}.weight", tensor.to(dtype).contiguous()
+        if adapter_part(name) == "lora_B":
+            tensor = tensor.float() * scalings[adapter_module(name)]
+        yield saved_key(name), tensor.to(dtype).contiguous()
+
+
+def adapter_module(name: str) -> str:
+    """The adapted module of an A or B tensor's name (module or saved naming)."""
+    return _ADAPTER_TENSOR.match(name).group(1)
+
+
+def adapter_part(name: str) -> str:
+    """"lora_A" or "lora_B"."""
+    return _ADAPTER_TENSOR.match(name).group(2)
 
 
 def adapter_unit(name: str, packed: dict[str, list[str]]) -> str:
     """The attestation unit of an adapter tensor (`engine_adapter`'s name):
     "layers.0.self_attn.qkv_proj.lora_A" for q_proj's A (fused as the engine fuses)."""
-    module, part = _ADAPTER_TENSOR.match(name).groups()
-    return unit_of(f"{module}.{part}", packed)
+    return unit_of(f"{adapter_module(name)}.{adapter_part(name)}", packed)
 
 
 def adapter_config(rank: int, modules: Iterable[str]) -> dict:
@@ -90,29 +120,37 @@ def adapter_config(rank: int, modules: Iterable[str]) -> dict:
     return {"r": rank, "lora_alpha": rank, "target_modules": sorted(set(modules)), "bias": "none"}
 
 
+def lora_request():
+    """The request field naming the installed adapter."""
+    from vllm.lora.request import LoRARequest
+    return LoRARequest(ENGINE_ADAPTER_NAME, ADAPTER_ID, lora_path=_NO_PATH)
+
+
 # -- inside each vLLM worker (LLM.collective_rpc passes the worker first) -------
 def install_adapter(worker, tensors: dict[str, Tensor], config: dict) -> None:
     """Replace this worker's adapter ADAPTER_ID by `tensors` and make it the
     active one (its weights copied into the layers' adapter slots now, so
-    that `served_adapter` reads what requests will use)."""
+    that `served_adapter` reads what requests will use). Names are mapped
+    as vLLM maps a loaded adapter's (the model's renames and skipped parts)."""
     from vllm.lora.lora_model import LoRAModel
     from vllm.lora.peft_helper import PEFTHelper
 
     manager = worker.model_runner.lora_manager
     slots = manager._adapter_manager  # vLLM's own way in: WorkerLoRAManager keeps no public one
+    model = slots.model
+    mapper = getattr(model, "hf_to_vllm_mapper", None)
     adapter = LoRAModel.from_lora_tensors(
         ADAPTER_ID, tensors, PEFTHelper.from_dict(config), device="cpu",
-        dtype=manager.lora_config.lora_dtype, model_vocab_size=manager.vocab_size)
-    if len(adapter.loras) != len({adapter_module(n) for n in tensors}):
-        raise RuntimeError(f"vLLM took {len(adapter.loras)} of the adapter's modules; it does not "
-                           "serve LoRA on all of them (set actor_rollout_ref.model.lora.merge=True)")
+        dtype=manager.lora_config.lora_dtype, model_vocab_size=manager.vocab_size,
+        weights_mapper=None if mapper is None else mapper.get_rename_mapper(),
+        skip_prefixes=getattr(model, "lora_skip_prefixes", None))
     slots.remove_adapter(ADAPTER_ID)
-    slots.add_adapter(adapter)
+    slots.add_adapter(adapter)  # fuses q|k|v and gate|up as the model does
+    unserved = sorted(set(adapter.loras) - set(slots.modules))
+    if unserved:
+        raise RuntimeError(f"vLLM serves no adapter on {len(unserved)} adapted module(s) (first: "
+                           f"{unserved[0]}); set actor_rollout_ref.model.lora.merge=True")
     slots.activate_adapter(ADAPTER_ID)
-
-
-def adapter_module(name: str) -> str:
-    return _ADAPTER_TENSOR.match(name).group(1)
 
 
 @torch.no_grad()
@@ -120,9 +158,10 @@ def served_adapter(worker) -> Ledger:
     """Digests of the adapter this worker's layers hold in ADAPTER_ID's slot,
     by unit: each layer's A and B slices (q, k, v of a fused layer add up),
     the slot's padding beyond the adapter's rank left out, and a slice the
-    adapter does not cover (its A all zero: a trained A never is) skipped. Where several
-    tensor-parallel ranks hold a copy of the same K/V heads, the first counts
-    them (as `vllm_attest.counted_rows` does for the base)."""
+    adapter does not cover (its A all zero: a trained A never is; with
+    unsharded slots every rank holds A whole) skipped. Where several
+    tensor-parallel ranks hold a copy of the same K/V heads, the first
+    counts them (as `vllm_attest.counted_rows` does for the base)."""
     started = time.perf_counter()
     slots = worker.model_runner.lora_manager._adapter_manager
     ledger = Ledger()
@@ -130,11 +169,15 @@ def served_adapter(worker) -> Ledger:
         return ledger
     slot = slots.lora_index_to_id.index(ADAPTER_ID)
     rank = slots.get_adapter(ADAPTER_ID).rank
-    for name, module in slots.model.named_modules():
-        a_stacked, b_stacked = getattr(module, "lora_a_stacked", None), getattr(module, "lora_b_stacked", None)
-        if a_stacked is None or b_stacked is None:
+    from vllm.lora.layers.base_linear import BaseLinearLayerWithLoRA
+
+    for name, module in slots.modules.items():
+        # Linear layers only: thinkrl adapts the decoder's projections, and vLLM also
+        # wraps embeddings and the logits processor (other slot layouts) on some models.
+        if not isinstance(module, BaseLinearLayerWithLoRA):
             continue
-        base = getattr(module, "base_layer", module)
+        a_stacked, b_stacked = module.lora_a_stacked, module.lora_b_stacked
+        base = module.base_layer
         replicas = getattr(base, "num_kv_head_replicas", 1)
         skip_kv = replicas > 1 and getattr(module, "tp_rank", 0) % replicas != 0
         for index, (a, b) in enumerate(zip(a_stacked, b_stacked)):

@@ -144,9 +144,9 @@ class PolicyRank:
         if rollout.name == "vllm":
             from thinkrl.models.vision import is_vision_model
             from thinkrl.rollout.vllm_engine import VllmEngine
-            from thinkrl.rollout.vllm_lora import lora_sync
+            from thinkrl.rollout.vllm_lora import adapter_serving
             vision = is_vision_model(spec.model_path)
-            serves_adapter = self.lora is not None and lora_sync(spec.cfg, vision=vision)[0]
+            serves_adapter = self.lora is not None and adapter_serving(spec.cfg)[0]
             # The ranks of one tensor-parallel engine draw the same seeds.
             engine_index = spec.rank // rollout.tensor_model_parallel_size
             engine = VllmEngine.start(
@@ -160,6 +160,7 @@ class PolicyRank:
             if serves_adapter:  # the frozen base once (its digests checked at the first sync)
                 self._serves_adapter = True
                 self._base_to_attest = engine.update_weights(self.actor.base_weights())
+                # Installed now too: a caller may generate before the first sync (thinkrl eval).
                 engine.update_adapter(self.actor.adapter_weights(), self.lora.scalings(),
                                       rank=spec.cfg.actor_rollout_ref.model.lora_rank)
             else:
