@@ -84,11 +84,8 @@ def run_mode(merge: bool, folder: str, model, lora, args) -> dict:
         base's digests at the first sync only, when the base is read back too)."""
         if merge:
             return engine.update_weights(named())
-        adapter = engine.update_adapter(named(), lora.scalings(), rank=rank)
-        if first:
-            adapter.units.update(base.units)
-            adapter.numel.update(base.numel)
-        return adapter
+        adapter = engine.update_adapter(named(), lora.scalings())
+        return adapter.include(base) if first else adapter
 
     sync_s, attest_s = [], []
     for i in range(args.repeats + 1):

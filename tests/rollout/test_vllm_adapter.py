@@ -54,10 +54,9 @@ def sync(engine, model, lora, *, first: bool = True):
     sync, the base and the adapter, both attested; later, the adapter alone,
     and only it read back."""
     base = engine.update_weights(base_tensors(full_state_tensors(model))) if first else Ledger()
-    adapter = engine.update_adapter(full_state_tensors(model, keep=is_adapter_tensor), lora.scalings(),
-                                    rank=RANK)
+    adapter = engine.update_adapter(full_state_tensors(model, keep=is_adapter_tensor), lora.scalings())
     assert adapter.units and all(u.endswith(("lora_A", "lora_B")) for u in adapter.units)
-    expected = Ledger(units={**base.units, **adapter.units}, numel={**base.numel, **adapter.numel})
+    expected = Ledger().include(base).include(adapter)
     served = served_by_engine(engine.served(adapter_only=not first), expected)
     check_served(expected, served, engine="engine 0", version=1)
     assert set(expected.units) <= set(served)  # each unit under its own name: no tied-copy fallback

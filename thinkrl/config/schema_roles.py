@@ -68,7 +68,7 @@ class ModelLoraConfig:
     merge: bool = False
     """With rollout.name=vllm: send the engine the base with the adapter merged in
     (W + s B A, every weight) after each update, instead of the adapter alone for
-    vLLM to serve. Models vLLM serves no adapter for (vision-language) always merge."""
+    vLLM to serve. Some set-ups always merge (`thinkrl.rollout.vllm_lora.adapter_serving`)."""
 
 
 @dataclass

@@ -291,10 +291,16 @@ def base_tensors(named: Iterable[tuple[str, Tensor]]) -> Iterator[tuple[str, Ten
             yield f"{found.group(1)}.{found.group(2)}", tensor
 
 
+def adapter_part(name: str) -> tuple[str, str] | None:
+    """(module, "lora_A" or "lora_B") of a LoRA module's state entry that is
+    an adapter's A or B; None for any other entry."""
+    found = _LORA_PART.match(name)
+    return None if found is None or found.group(3) is None else (found.group(1), found.group(3))
+
+
 def is_adapter_tensor(name: str) -> bool:
     """Whether a LoRA module's state entry is an adapter's A or B."""
-    found = _LORA_PART.match(name)
-    return found is not None and found.group(3) is not None
+    return adapter_part(name) is not None
 
 
 _DECODER_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")

@@ -122,6 +122,14 @@ class Ledger:
         self.units[unit] = self.units.get(unit, Digest()) + digest
         self.numel[unit] = self.numel.get(unit, 0) + numel
 
+    def include(self, other: "Ledger") -> "Ledger":
+        """This ledger with the units of `other`, whose units are others (the
+        base's and the adapter's); returns self."""
+        self.units.update(other.units)
+        self.numel.update(other.numel)
+        self.seconds += other.seconds
+        return self
+
 
 def recording(named_tensors: Iterable[tuple[str, Tensor]], ledger: Ledger, *,
               dtype: torch.dtype, packed: Packed | None = None

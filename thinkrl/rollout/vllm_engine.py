@@ -37,13 +37,13 @@ from torch import Tensor
 from thinkrl.errors import SetupError
 from thinkrl.parallel.device import compute_dtype, empty_cache
 from thinkrl.records import PromptBatch, Rollouts
-from thinkrl.rollout.attest import Ledger, recording
+from thinkrl.rollout.attest import Ledger, recording, unit_of
 from thinkrl.rollout.base import SamplingParams
 from thinkrl.rollout.native import empty_rollouts
 from thinkrl.rollout.vllm_attest import packed_modules, served_ledger
 from thinkrl.rollout.vllm_checks import check_vllm_usable
-from thinkrl.rollout.vllm_lora import (adapter_config, adapter_module, adapter_unit, engine_adapter,
-                                       engine_lora_arguments, install_adapter, lora_request, served_adapter)
+from thinkrl.rollout.vllm_lora import (adapter_config, engine_adapter, engine_lora_arguments, install_adapter,
+                                       lora_request, served_adapter)
 from thinkrl.rollout.vllm_outputs import sampled_logprobs, to_rollouts
 from thinkrl.rollout.vllm_versions import reload_with_tensors, translate_arguments, weight_loader
 from thinkrl.rollout.vllm_vision import VisionInputs, is_synced, vision_engine_arguments
@@ -126,7 +126,7 @@ class VllmEngine:
 
     def __init__(self, llm, *, eos_token_ids: list[int], pad_token_id: int, seed: int,
                  bucket_megabytes: float, sleep_mode: bool,
-                 vision: VisionInputs | None = None,
+                 vision: VisionInputs | None = None, lora_rank: int = 0,
                  load_weights: Callable[[object, list], None] = reload_with_tensors) -> None:
         self.llm = llm
         self.load_weights = load_weights  # this vLLM release's in-place load (`vllm_versions`)
@@ -138,7 +138,8 @@ class VllmEngine:
         # Draws one seed per prompt; its state is the engine's checkpointed state.
         self.generator = torch.Generator().manual_seed(seed)
         self._asleep: set[str] = set()
-        self._adapter = None  # the LoRARequest naming the installed adapter (`update_adapter`)
+        self.lora_rank = lora_rank  # > 0: the engine serves a LoRA adapter of this rank (`update_adapter`)
+        self._adapter = None  # the LoRARequest naming the installed adapter
 
     @classmethod
     def start(cls, cfg, *, model_path: str, max_model_len: int, eos_token_ids: list[int],
@@ -185,7 +186,7 @@ class VllmEngine:
         return cls(llm, eos_token_ids=eos_token_ids, pad_token_id=pad_token_id, seed=seed,
                    bucket_megabytes=rollout.update_weights_bucket_megabytes,
                    sleep_mode=sleeps(cfg, device_kind),
-                   vision=None if vision_model is None else VisionInputs(vision_model),
+                   vision=None if vision_model is None else VisionInputs(vision_model), lora_rank=lora_rank,
                    load_weights=weight_loader(_vllm_version()))
 
     # -- RolloutEngine --------------------------------------------------------
@@ -255,18 +256,19 @@ class VllmEngine:
                                "running?): the next rollout would reuse KV of the old weights")
         return sent
 
-    def update_adapter(self, named_tensors: Iterable[tuple[str, Tensor]], scalings: dict[str, float],
-                       *, rank: int) -> Ledger:
+    def update_adapter(self, named_tensors: Iterable[tuple[str, Tensor]], scalings: dict[str, float]
+                       ) -> Ledger:
         """Put the policy's LoRA adapter (its A and B tensors, the PEFT
         module's names) in place of the engine's, in memory, and name it in
         every later request (`vllm_lora`). Returns the digests of what the
         engine was given, as `update_weights` does."""
         self._wake("weights")
-        sent, tensors = Ledger(), {}
-        for name, tensor in engine_adapter(named_tensors, scalings, dtype=self.dtype):
-            sent.add(adapter_unit(name, self.packed), tensor)
+        sent, tensors, modules = Ledger(), {}, set()
+        for unit, name, tensor in engine_adapter(named_tensors, scalings, dtype=self.dtype):
+            sent.add(unit_of(unit, self.packed), tensor)
             tensors[name] = tensor
-        config = adapter_config(rank, (adapter_module(n).rsplit(".", 1)[-1] for n in tensors))
+            modules.add(unit.rsplit(".", 2)[-2])  # "q_proj" of "...q_proj.lora_A"
+        config = adapter_config(self.lora_rank, modules)
         self.llm.collective_rpc(install_adapter, args=(tensors, config))
         self._adapter = lora_request()
         if not self.llm.reset_prefix_cache():
@@ -285,8 +287,7 @@ class VllmEngine:
         ledgers = self.llm.apply_model(served_ledger)
         if self._adapter is not None:
             for ledger, adapter in zip(ledgers, self.llm.collective_rpc(served_adapter)):
-                ledger.units.update(adapter.units)
-                ledger.numel.update(adapter.numel)
+                ledger.include(adapter)
         return ledgers
 
     @functools.cached_property

@@ -21,14 +21,13 @@ asks for it (actor_rollout_ref.model.lora.merge=True, verl's key).
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Iterable, Iterator
 
 import torch
 from torch import Tensor
 
-from thinkrl.models.lora import read_adapter_config, saved_key
+from thinkrl.models.lora import adapter_part, read_adapter_config, saved_key
 from thinkrl.rollout.attest import Ledger, unit_of
 from thinkrl.rollout.vllm_versions import release
 
@@ -42,8 +41,6 @@ _NO_PATH = "/nonexistent/thinkrl-adapter-is-sent-in-memory"
 _ENGINE_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 # The vLLM releases whose adapter internals this module was written and tested against.
 _FIRST_SERVING_RELEASE = (0, 32)
-# "<module>.lora_A.default.weight" in the PEFT module; "<module>.lora_A.weight" saved.
-_ADAPTER_TENSOR = re.compile(r"^(.*)\.(lora_[AB])\.(?:[^.]+\.)?weight$")
 
 
 def adapter_serving(cfg) -> tuple[bool, str]:
@@ -56,11 +53,11 @@ def adapter_serving(cfg) -> tuple[bool, str]:
         return False, f"{merged} (actor_rollout_ref.model.lora.merge=True)"
     if model.lora_rank > _ENGINE_RANKS[-1]:
         return False, f"{merged}: lora_rank={model.lora_rank} is above vLLM's largest adapter rank (512)"
-    release = _vllm_release()
-    if release is None or release < _FIRST_SERVING_RELEASE:
+    here = _vllm_release()
+    if here is None or here < _FIRST_SERVING_RELEASE:
         return False, (f"{merged}: serving the adapter itself is built on vLLM "
                        f"{'.'.join(map(str, _FIRST_SERVING_RELEASE))}+ (here: "
-                       f"{'.'.join(map(str, release)) if release else 'none'})")
+                       f"{'.'.join(map(str, here)) if here else 'none'})")
     if (rollout.engine_kwargs.get("vllm") or {}).get("fully_sharded_loras"):
         return False, f"{merged}: engine_kwargs.vllm.fully_sharded_loras shards the adapter's slots by rank"
     if model.lora_adapter_path and read_adapter_config(model.lora_adapter_path).get("rank_pattern"):
@@ -89,30 +86,16 @@ def engine_lora_arguments(rank: int) -> dict:
 
 
 def engine_adapter(named: Iterable[tuple[str, Tensor]], scalings: dict[str, float], *, dtype: torch.dtype
-                   ) -> Iterator[tuple[str, Tensor]]:
+                   ) -> Iterator[tuple[str, str, Tensor]]:
     """The adapter as the engine takes it, from the actor's (name, tensor)
-    pairs of A and B: PEFT's saved names, B scaled by its module's s (in
-    float32), both in the engine's dtype."""
+    pairs of A and B: (attestation unit without the packing, PEFT's saved
+    name, tensor), B scaled by its module's s (in float32), both in the
+    engine's dtype."""
     for name, tensor in named:
-        if adapter_part(name) == "lora_B":
-            tensor = tensor.float() * scalings[adapter_module(name)]
-        yield saved_key(name), tensor.to(dtype).contiguous()
-
-
-def adapter_module(name: str) -> str:
-    """The adapted module of an A or B tensor's name (module or saved naming)."""
-    return _ADAPTER_TENSOR.match(name).group(1)
-
-
-def adapter_part(name: str) -> str:
-    """"lora_A" or "lora_B"."""
-    return _ADAPTER_TENSOR.match(name).group(2)
-
-
-def adapter_unit(name: str, packed: dict[str, list[str]]) -> str:
-    """The attestation unit of an adapter tensor (`engine_adapter`'s name):
-    "layers.0.self_attn.qkv_proj.lora_A" for q_proj's A (fused as the engine fuses)."""
-    return unit_of(f"{adapter_module(name)}.{adapter_part(name)}", packed)
+        module, part = adapter_part(name)
+        if part == "lora_B":
+            tensor = tensor.float() * scalings[module]
+        yield f"{module}.{part}", saved_key(name), tensor.to(dtype).contiguous()
 
 
 def adapter_config(rank: int, modules: Iterable[str]) -> dict:

@@ -102,7 +102,6 @@ class PolicyRank:
         dtype = compute_dtype(self.device, arr.model.dtype)
         self.autocast = autocast(self.device, dtype)
         self.lora: Lora | None = None  # LoRA (model.lora_rank > 0): set by _load
-        self._serves_adapter = False  # a vLLM engine serving the LoRA adapter (`vllm_lora`)
         self._base_to_attest: Ledger | None = None  # its base's digests, until the first sync checks them
         model = self._load(gradient_checkpointing=arr.model.enable_gradient_checkpointing,
                            dtype=dtype, param_offload=offload[0], weights_dtype=torch.float32,
@@ -158,11 +157,9 @@ class PolicyRank:
                 vision_model=model if vision else None,
                 lora_rank=spec.cfg.actor_rollout_ref.model.lora_rank if serves_adapter else 0)
             if serves_adapter:  # the frozen base once (its digests checked at the first sync)
-                self._serves_adapter = True
                 self._base_to_attest = engine.update_weights(self.actor.base_weights())
                 # Installed now too: a caller may generate before the first sync (thinkrl eval).
-                engine.update_adapter(self.actor.adapter_weights(), self.lora.scalings(),
-                                      rank=spec.cfg.actor_rollout_ref.model.lora_rank)
+                engine.update_adapter(self.actor.adapter_weights(), self.lora.scalings())
             else:
                 engine.update_weights(self.actor.weights())
             return engine
@@ -188,17 +185,15 @@ class PolicyRank:
         native engine samples from the actor's module: nothing to sync (None)."""
         if isinstance(self.engine, NativeEngine):
             return None
-        if not self._serves_adapter:
+        if not self.engine.lora_rank:
             sent = self.engine.update_weights(self.actor.weights())
             return sent, self.engine.served()
         # The engine serves the adapter (`thinkrl.rollout.vllm_lora`): it alone changed. The
         # base, loaded once and never written again, is attested once, at the first sync.
-        sent = self.engine.update_adapter(self.actor.adapter_weights(), self.lora.scalings(),
-                                          rank=self.spec.cfg.actor_rollout_ref.model.lora_rank)
+        sent = self.engine.update_adapter(self.actor.adapter_weights(), self.lora.scalings())
         base, self._base_to_attest = self._base_to_attest, None
         if base is not None:
-            sent = Ledger(units={**base.units, **sent.units}, numel={**base.numel, **sent.numel},
-                          seconds=base.seconds + sent.seconds)
+            sent = base.include(sent)
         return sent, self.engine.served(adapter_only=base is None)
 
     def _offload(self, fsdp_config) -> bool:
