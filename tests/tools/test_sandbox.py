@@ -4,6 +4,7 @@ folder, no process)."""
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 import tempfile
@@ -50,7 +51,7 @@ def test_code_runs_and_prints():
     ("import sys\nsys.modules['__main__']._BLOCKED_PREFIXES = ()\nimport socket", "the module socket"),
     ("import sys\nprint(sys._getframe(0).f_back)", "does not allow sys._getframe"),
     ("import gc\nprint(gc.get_objects())", "does not allow the module gc"),
-    ("import ctypes\nctypes.CDLL(None).fork()", "does not allow ctypes"),
+    ("import ctypes\nctypes.CDLL(None).fork()", "does not allow the module ctypes"),
     ("1 / 0", "ZeroDivisionError"),
 ])
 def test_hostile_code_is_an_error_for_the_model_and_leaves_nothing(code, expected):
@@ -70,10 +71,34 @@ def test_the_same_code_prints_the_same_output_every_run():
     assert first.error is None and run_python(code, LIMITS).output == first.output
 
 
-def test_a_machine_without_namespaces_is_refused_with_the_way_out():
-    from thinkrl.tools.sandbox import NO_NAMESPACE_EXIT, _error
+def test_a_machine_without_the_kernel_layers_is_refused_with_the_way_out(monkeypatch):
+    from thinkrl.tools import sandbox
 
-    assert "require_namespace: false" in _error(NO_NAMESPACE_EXIT, "", False, LIMITS)
+    plan = dataclasses.replace(sandbox.jail_plan(), bwrap=None, missing=("no bubblewrap: install ...",))
+    monkeypatch.setattr(sandbox, "jail_plan", lambda: plan)
+    monkeypatch.setattr(sandbox, "_STATED", {})
+    with pytest.raises(ValueError, match="unsafe_without_kernel_isolation: true .*NOT A SANDBOX"):
+        PythonTool(config={"type": "native"})
+    assert "no bubblewrap" in run_python("print(1)", LIMITS).text()
+    with pytest.raises(ValueError, match="require_namespace is gone"):
+        PythonTool(config={"require_namespace": False})
+
+
+def test_the_unsafe_key_runs_code_with_the_hook_alone_and_says_so(capsys):
+    before = _leftovers()
+    tool = PythonTool(config={"unsafe_without_kernel_isolation": True})
+    assert "UNSAFE" in tool.layers and "UNSAFE" in capsys.readouterr().err
+    assert tool.execute({"code": "print(6 * 7)"}) == "42\n"
+    assert "scratch folder only" in tool.execute({"code": "open('/etc/hostname').read()"})
+    assert _leftovers() <= before  # its host scratch folder is removed after the call
+
+
+def test_the_tool_states_the_layers_it_runs_under():
+    tool = PythonTool(config={})
+    assert "seccomp on" in tool.layers and "no_new_privs on" in tool.layers
+    assert "uid 65534 inside" in tool.layers and "1 network interface" in tool.layers
+    with pytest.raises(ValueError, match="unknown key 'wall'"):
+        PythonTool(config={"wall": 3})
 
 
 def test_a_sleep_past_the_wall_clock_is_stopped():

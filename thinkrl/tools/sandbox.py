@@ -1,15 +1,17 @@
-"""A Python executor tool: the model's code runs in a child process with a
-deadline and memory, CPU, output and file limits, no network and no file
-outside a scratch folder made for the call (`sandbox_runner` says how each
-limit is held). Whatever the code does (loops forever, forks, allocates
-10 GB, reads /etc, opens a socket), the call returns text: its output, or an
-error line for the model. The scratch folder and every process of the call
-are gone when it returns."""
+"""A Python executor tool: the model's code runs in a jail made for the call
+(`thinkrl.tools.jail`: namespaces, a seccomp filter, Landlock, a private
+size-capped scratch folder) with a deadline and memory, CPU, output and file
+limits, and an audit hook that turns ordinary attempts into readable errors
+(`sandbox_runner`). Whatever the code does (loops forever, forks, allocates
+10 GB, reads /etc, signals the trainer, switches the hook off), the call
+returns text: its output, or an error line for the model. Every process of
+the call is gone when it returns, and so is its scratch folder."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,8 +20,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-RUNNER = Path(__file__).with_name("sandbox_runner.py")
-NO_NAMESPACE_EXIT = 3  # sandbox_runner's exit code when it cannot isolate the network
+from thinkrl.tools.jail import RUNNER_DIR, RUNNER_SCRIPT, SCRATCH, JailPlan, jail_plan, sandbox_environment
+
 SCHEMA = {
     "type": "function",
     "function": {
@@ -33,6 +35,8 @@ SCHEMA = {
         },
     },
 }
+UNSAFE_KEY = "unsafe_without_kernel_isolation"
+_SIGNALS = {int(s) for s in signal.Signals}
 
 
 @dataclass(frozen=True)
@@ -46,10 +50,20 @@ class SandboxLimits:
     """Characters of standard output (and error) read back."""
     file_mb: int = 16
     """Largest file the code may write, its output included."""
-    require_namespace: bool = True
-    """Refuse to run where the kernel will not give the process network (and
-    user) namespaces of its own; False runs it with the audit hook alone
-    (not a security boundary: only for trusted code)."""
+    scratch_mb: int = 64
+    """Size of the call's scratch folder (a tmpfs): all its files together."""
+    audit_hook: bool = True
+    """The friendly first layer (clear errors for ordinary attempts). Tests
+    switch it off to show that the kernel's layers hold alone."""
+    unsafe_without_kernel_isolation: bool = False
+    """Run where the kernel's layers (bubblewrap's namespaces, seccomp) cannot
+    be had, with the audit hook, limits and Landlock only. NOT A SANDBOX:
+    code that switches the hook off reads and writes what the trainer can."""
+
+    def __post_init__(self) -> None:
+        for key in ("wall_s", "cpu_s", "memory_mb", "output_chars", "file_mb", "scratch_mb"):
+            if not getattr(self, key) > 0:
+                raise ValueError(f"{key}={getattr(self, key)!r}: must be positive")
 
 
 @dataclass(frozen=True)
@@ -67,48 +81,87 @@ class SandboxResult:
 
 
 def run_python(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxResult:
+    """Runs `code` in the jail (`thinkrl.tools.jail`), or, with
+    `unsafe_without_kernel_isolation`, in a plain child process; never raises
+    for what the code does."""
     start = time.perf_counter()
-    scratch = Path(tempfile.mkdtemp(prefix="thinkrl-sandbox-"))
-    try:
-        (scratch / "main.py").write_text(code)
-        with open(scratch / ".stdout", "w+b") as out, open(scratch / ".stderr", "w+b") as err:
-            # -s -S: no user or site packages; -P: the script's folder is not on the path;
-            # the environment is this one line (PYTHONHASHSEED: the same output every run).
-            process = subprocess.Popen(
-                [sys.executable, "-s", "-S", "-B", "-P", str(RUNNER), str(scratch), str(limits.memory_mb),
-                 str(limits.cpu_s), str(limits.file_mb), str(int(limits.require_namespace))],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=scratch,
-                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"},
-                start_new_session=True)
-            code_ = _wait_then_kill_group(process, limits.wall_s)
-            timed_out = code_ is None
-            output, errors = _head(out, limits.output_chars), _tail(err, limits.output_chars)
-        return SandboxResult(output, _error(code_, errors, timed_out, limits),
+    plan = jail_plan()
+    jailed = not limits.unsafe_without_kernel_isolation
+    if jailed and plan.missing:
+        return SandboxResult("", "the Python tool's sandbox cannot run here: " + "; ".join(plan.missing),
                              time.perf_counter() - start)
-    finally:
-        shutil.rmtree(scratch, onerror=_writable_then_retry)
+    with contextlib.ExitStack() as stack:
+        out = stack.enter_context(tempfile.TemporaryFile())  # unnamed: nothing on disk to find
+        err = stack.enter_context(tempfile.TemporaryFile())
+        if jailed:
+            argv, fds, user, cwd = _jailed(plan, code, limits, stack)
+        else:
+            argv, fds, user, cwd = _unjailed(plan, code, limits, stack)
+        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=cwd,
+                                   env=sandbox_environment(cwd), pass_fds=fds, start_new_session=True,
+                                   **user)
+        code_ = _wait_then_kill_group(process, limits.wall_s)
+        output, errors = _head(out, limits.output_chars), _tail(err, limits.output_chars)
+    return SandboxResult(output, _error(code_, errors, code_ is None, limits), time.perf_counter() - start)
 
 
-def _writable_then_retry(function, path, _exc) -> None:
-    """rmtree's error handler: a folder the code made unreadable is opened up and removed."""
+def _stages(plan: JailPlan, runner_dir: str, scratch: str, limits: SandboxLimits, read_only: list[str],
+            writable: list[str], mode: str = "run") -> list[str]:
+    """sandbox_lock (Landlock), which execs sandbox_runner (limits, hook, the code)."""
+    runner = [plan.python, "-s", "-S", "-B", "-P", f"{runner_dir}/sandbox_runner.py", scratch,
+              str(limits.memory_mb), str(limits.cpu_s), str(limits.file_mb), str(int(limits.audit_hook)),
+              mode]
+    return [plan.python, "-s", "-S", "-B", "-P", f"{runner_dir}/sandbox_lock.py", ":".join(read_only),
+            ":".join(writable), "--", *runner]
+
+
+def _jailed(plan: JailPlan, code: str, limits: SandboxLimits, stack, mode: str = "run"):
+    code_fd = stack.enter_context(_memfd(code.encode()))
+    seccomp_fd = stack.enter_context(_memfd(plan.seccomp))
+    command = _stages(plan, RUNNER_DIR, SCRATCH, limits, [*plan.read_only, RUNNER_DIR, "/proc"],
+                      [SCRATCH, "/dev/null", "/dev/zero", "/dev/full"], mode)
+    argv = plan.argv(scratch_mb=limits.scratch_mb, code_fd=code_fd, seccomp_fd=seccomp_fd, command=command)
+    user = {} if plan.host_uid is None else {"user": plan.host_uid, "group": plan.host_uid,
+                                             "extra_groups": []}
+    return argv, (code_fd, seccomp_fd), user, "/"
+
+
+def _unjailed(plan: JailPlan, code: str, limits: SandboxLimits, stack, mode: str = "run"):
+    """The audit hook, limits and Landlock (where the kernel has it) only."""
+    scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="thinkrl-sandbox-",
+                                                                ignore_cleanup_errors=True))
+    Path(scratch, "main.py").write_text(code)
+    runner_dir = str(RUNNER_SCRIPT.parent)
+    command = _stages(plan, runner_dir, scratch, limits, [*plan.read_only, runner_dir, "/proc"],
+                      [scratch, "/dev/null"], mode)
+    return command, (), {}, scratch
+
+
+@contextlib.contextmanager
+def _memfd(data: bytes):
+    """An anonymous file holding `data`, read from its start (bwrap's --file and --seccomp)."""
+    fd = os.memfd_create("thinkrl-sandbox", 0)
     try:
-        os.chmod(os.path.dirname(path), 0o700)
-        os.chmod(path, 0o700)
-        function(path)
-    except OSError:
-        shutil.rmtree(path, ignore_errors=True)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.lseek(fd, 0, os.SEEK_SET)
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def _wait_then_kill_group(process: subprocess.Popen, wall_s: float) -> int | None:
     """The child's exit status (None past `wall_s`), after its process group
-    (anything it managed to start) is killed. The child is reaped only after
-    the kill, so its id, which names the group, cannot be reused meanwhile."""
+    is killed (in the jail, bwrap's death takes the sandbox's PID namespace
+    with it). The child is reaped only after the kill, so its id, which names
+    the group, cannot be reused meanwhile."""
     deadline = time.monotonic() + wall_s
     exited = None
     while exited is None and time.monotonic() < deadline:
         exited = os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         if exited is None:
-            time.sleep(0.005)
+            time.sleep(0.002)
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -134,26 +187,33 @@ def _error(code: int | None, errors: str, timed_out: bool, limits: SandboxLimits
         return f"the code ran longer than {limits.wall_s:g} s and was stopped"
     if code == 0:
         return None
-    if code == NO_NAMESPACE_EXIT:
-        return ("this machine does not let the sandbox make its own network namespace, so the code "
-                "was not run (require_namespace: false in the tool's config runs it with the audit "
-                "hook alone, for trusted code only)")
+    lines = [line for line in errors.strip().splitlines() if line.strip()]
+    if code is not None and code > 128 and not lines and code - 128 in _SIGNALS:
+        code = 128 - code  # bwrap's PID 1 exits 128 + N when the code dies of signal N
     if code is not None and code < 0:
         name = signal.Signals(-code).name
         reason = {"SIGXCPU": f"it used more than {limits.cpu_s} s of CPU time",
                   "SIGKILL": "it was killed (out of memory?)"}.get(name, name)
         return f"the code was stopped: {reason}"
-    lines = [line for line in errors.strip().splitlines() if line.strip()]
     return lines[-1] if lines else f"the code exited with status {code}"
 
 
 class PythonTool:
     """``class_name: thinkrl.tools.sandbox.PythonTool`` in a tool file; its
-    ``config`` may set any SandboxLimits field (wall_s, cpu_s, memory_mb, ...)."""
+    ``config`` may set any SandboxLimits field (wall_s, cpu_s, memory_mb, ...).
+    Built only where the sandbox holds: the layers found are stated once."""
 
     def __init__(self, config: dict | None = None, tool_schema: dict | None = None) -> None:
         config = {k: v for k, v in (config or {}).items() if k != "type"}
+        if "require_namespace" in config:
+            raise ValueError(f"require_namespace is gone: the sandbox always needs the kernel's "
+                             f"isolation; {UNSAFE_KEY}: true runs code without it (trusted code only)")
+        unknown = sorted(set(config) - set(SandboxLimits.__dataclass_fields__))
+        if unknown:
+            raise ValueError(f"unknown key {unknown[0]!r}; the Python tool takes "
+                             f"{', '.join(SandboxLimits.__dataclass_fields__)}")
         self.limits = SandboxLimits(**config)
+        self.layers = sandbox_layers(self.limits.unsafe_without_kernel_isolation)
         self.schema = tool_schema or SCHEMA
         self.name = self.schema["function"]["name"]
 
@@ -162,3 +222,46 @@ class PythonTool:
         if not isinstance(code, str):
             raise ValueError('give the program as {"code": "..."}')
         return run_python(code, self.limits).text()
+
+
+_STATED: dict[bool, str] = {}
+
+
+def sandbox_layers(unsafe: bool = False) -> str:
+    """The layers a call gets on this machine, as one line, stated on stderr
+    once per process; ValueError (with the way out) where the kernel's layers
+    are missing and `unsafe` is not set."""
+    if unsafe in _STATED:
+        return _STATED[unsafe]
+    plan = jail_plan()
+    if plan.missing and not unsafe:
+        raise ValueError("the Python tool's sandbox cannot run here: " + "; ".join(plan.missing) +
+                         f". Set {UNSAFE_KEY}: true in the tool's config to run model-written code "
+                         "without kernel isolation (NOT A SANDBOX: trusted code only)")
+    limits = SandboxLimits(unsafe_without_kernel_isolation=unsafe)
+    with contextlib.ExitStack() as stack:
+        argv, fds, user, cwd = (_unjailed if unsafe else _jailed)(plan, "", limits, stack, "report")
+        done = subprocess.run(argv, cwd=cwd, env=sandbox_environment(cwd), pass_fds=fds,
+                              capture_output=True, text=True, timeout=30, **user)
+    if done.returncode != 0:
+        raise ValueError("the Python tool's sandbox failed to start here: "
+                         f"{(done.stderr.strip().splitlines() or ['exit ' + str(done.returncode)])[-1]}"
+                         + ("" if unsafe else f" ({UNSAFE_KEY}: true runs code without it, trusted code only)"))
+    seen = json.loads(done.stdout)
+    if unsafe:
+        line = ("python tool: UNSAFE, no kernel isolation (unsafe_without_kernel_isolation: true): "
+                f"audit hook, limits, Landlock ABI {seen['landlock_abi'] or 'none'}; code that switches "
+                "the hook off reads and writes what the trainer can")
+    else:
+        line = ("python tool sandbox: user/pid/net/mount/ipc/uts/cgroup namespaces, uid "
+                f"{seen['uid']} inside (host uid {plan.host_uid if plan.host_uid is not None else os.geteuid()}), "
+                f"seccomp {'on' if seen['seccomp'] else 'OFF'}, no_new_privs {'on' if seen['no_new_privs'] else 'OFF'}, "
+                f"Landlock {'ABI ' + str(seen['landlock_abi']) if seen['landlock_abi'] else 'not in this kernel'}, "
+                f"{len(seen['network_interfaces'])} network interface(s), a private scratch tmpfs per call")
+        line += "".join(f"; {note}" for note in plan.notes)
+        if not seen["seccomp"] or seen["capabilities"]:
+            raise ValueError(f"the Python tool's sandbox is weaker than planned here ({line}); "
+                             f"{UNSAFE_KEY}: true runs code without it (trusted code only)")
+    print(line, file=sys.stderr, flush=True)
+    _STATED[unsafe] = line
+    return line

@@ -1,23 +1,23 @@
-"""The sandbox's child process (``python -s -S -B -P sandbox_runner.py SCRATCH
-MEMORY_MB CPU_S FILE_MB REQUIRE_NAMESPACE``): closes what it can, then runs
-SCRATCH/main.py. Not imported by thinkrl; `thinkrl.tools.sandbox` starts it.
+"""The sandbox's last stage (``python -s -S -B -P sandbox_runner.py SCRATCH MEMORY_MB CPU_S FILE_MB
+HOOK MODE --landlock=N``): sets limits and the audit hook, then runs
+SCRATCH/main.py (MODE ``run``), or prints what isolates it as one JSON line
+(MODE ``report``: the layers thinkrl states at start). Not imported by
+thinkrl; `thinkrl.tools.sandbox` starts it, inside the jail of
+`thinkrl.tools.jail` and after `sandbox_lock.py`'s Landlock.
 
-In order:
-- user and network namespaces of its own (no interface but a loopback that
-  is down); where the kernel refuses them, the run stops with exit code 3
-  unless REQUIRE_NAMESPACE is 0;
-- memory, CPU time, file size, core and process limits (the kernel does not
-  apply the process limit to root);
-- an audit hook that refuses sockets, new processes, ctypes, frame and
-  garbage-collector introspection, and any file outside the scratch folder
-  (the Python installation stays readable for imports). Everything the hook
-  reads is bound in its closure, and this module is not reachable as
-  ``__main__`` from the code it runs. Audit hooks are not a security
-  boundary on their own (PEP 578); they sit on top of the namespaces.
+The kernel holds the boundary (namespaces, seccomp, Landlock). This stage
+adds:
+- memory, CPU time, file size, core and process limits;
+- an audit hook (HOOK 1) that turns the usual attempts (sockets, new
+  processes, ctypes, frame and garbage-collector introspection, files outside
+  the scratch folder) into a clear PermissionError for the model. It is a
+  courtesy, not a wall (PEP 578): code that switches it off meets the kernel's
+  refusals instead. Tests run with HOOK 0 to show that the kernel holds alone.
 - fixed seeds (``PYTHONHASHSEED=0`` from the parent, ``random.seed(0)``),
   so the same code prints the same output in every run.
 """
 
+import json
 import os
 import random
 import resource
@@ -25,32 +25,21 @@ import signal
 import sys
 import types
 
-NO_NAMESPACE_EXIT = 3
 _BLOCKED_PREFIXES = ("socket.", "ctypes.", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
                      "os.kill", "os.system", "subprocess.", "pty.", "os.forkpty", "sys.addaudithook",
                      "resource.setrlimit", "resource.prlimit", "signal.pthread_kill", "webbrowser.",
                      "urllib.", "http.", "ftplib.", "smtplib.", "poplib.", "imaplib.", "telnetlib.",
                      "gc.get_", "sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile",
-                     "cpython.", "mmap.", "os.setsid", "os.setpgid")
-_BLOCKED_IMPORTS = ("_posixsubprocess", "_ctypes", "ctypes", "_socket", "socket", "gc",
-                    "_multiprocessing", "mmap", "_xxsubinterpreters")
+                     "cpython.", "mmap.", "os.setsid", "os.setpgid", "code.__new__", "function.__new__",
+                     "os.add_dll_directory", "_ctypes.")
+_BLOCKED_MODULES = ("_posixsubprocess", "_ctypes", "ctypes", "_socket", "socket", "gc",
+                    "_multiprocessing", "mmap", "_xxsubinterpreters", "_testcapi", "_testinternalcapi")
 _LISTING_EVENTS = ("os.listdir", "os.scandir", "glob.glob", "os.walk", "os.fwalk")
 _PATH_EVENTS = ("os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.link",
                 "os.symlink", "os.truncate", "os.utime", "os.chdir", "os.chflags", "os.setxattr",
                 "os.removexattr", "os.listxattr", "shutil.copyfile", "shutil.copymode",
-                "shutil.copystat", "shutil.copytree", "shutil.move", "shutil.rmtree", "shutil.chown")
-
-
-def isolate_network() -> bool:
-    """A user and a network namespace of our own; False where the kernel refuses."""
-    try:
-        import ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        # A user namespace too, also for root: without one, an unprivileged
-        # process may not make a network namespace.
-        return libc.unshare(0x40000000 | 0x10000000) == 0  # CLONE_NEWNET | CLONE_NEWUSER
-    except Exception:
-        return False
+                "shutil.copystat", "shutil.copytree", "shutil.move", "shutil.rmtree", "shutil.chown",
+                "sqlite3.connect")
 
 
 def limit(memory_mb: int, cpu_s: int, file_mb: int) -> None:
@@ -58,20 +47,20 @@ def limit(memory_mb: int, cpu_s: int, file_mb: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
     resource.setrlimit(resource.RLIMIT_FSIZE, (file_mb * 2 ** 20, file_mb * 2 ** 20))
-    resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))  # no new process (not binding for root)
+    resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))  # the seccomp filter refuses fork anyway
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a too-large write raises instead of killing
 
 
 def audit_hook(scratch: str):
     """The hook; every name it uses is a local of this closure, out of reach
-    of the sandboxed code (which cannot reach frames or the garbage collector)."""
-    realpath, fsdecode, sep = os.path.realpath, os.fsdecode, os.sep
+    of ordinary code (which cannot reach frames or the garbage collector)."""
+    realpath, fsdecode, sep, is_a, str_, int_ = os.path.realpath, os.fsdecode, os.sep, isinstance, str, int
     readable = tuple({realpath(p) + sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)})
     scratch = realpath(scratch)
     own = (scratch + sep,)
     writes = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
-    blocked, blocked_imports = _BLOCKED_PREFIXES, frozenset(_BLOCKED_IMPORTS)
+    blocked, blocked_modules = _BLOCKED_PREFIXES, frozenset(_BLOCKED_MODULES)
     listing, paths = frozenset(_LISTING_EVENTS), frozenset(_PATH_EVENTS)
     path_types = (str, bytes, os.PathLike)
     denied = PermissionError
@@ -83,32 +72,58 @@ def audit_hook(scratch: str):
     def hook(event: str, args: tuple) -> None:
         if event == "open":
             path, mode, flags = args
-            if path is None or isinstance(path, int):
+            if path is None or is_a(path, int_):
                 return
             writing = bool(flags & writes) or any(c in (mode or "") for c in "wax+")
             if inside(path, own) or (not writing and inside(path, readable)):
                 return
             raise denied(f"the sandbox allows files in its scratch folder only, not {path!r}")
-        if event == "import" and args[0] in blocked_imports:
-            raise denied(f"the sandbox does not allow the module {args[0]}")
+        if event == "import":
+            # x._posixsubprocess loads the same extension as _posixsubprocess.
+            name = str_(args[0]).rpartition(".")[2]
+            if name in blocked_modules or args[0] in blocked_modules:
+                raise denied(f"the sandbox does not allow the module {args[0]}")
         if event.startswith(blocked):
             raise denied(f"the sandbox does not allow {event}")
         if event in paths or event in listing:
             # The import system lists the installation's folders: listing may read there.
             roots = own + (readable if event in listing else ())
             for path in args:
-                if isinstance(path, path_types) and not inside(path, roots):
+                if is_a(path, path_types) and not inside(path, roots):
                     raise denied(f"the sandbox allows files in its scratch folder only, not {path!r}")
 
     return hook
 
 
+def layers(landlock_abi: int) -> dict:
+    """What isolates this process, as the kernel reports it."""
+    status = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            status[key] = value.strip()
+    with open("/proc/self/uid_map") as f:
+        uid_map = f.read().split()
+    return {"uid": os.getuid(), "uid_map": uid_map, "pid": os.getpid(),
+            "seccomp": status.get("Seccomp") == "2", "no_new_privs": status.get("NoNewPrivs") == "1",
+            "capabilities": int(status.get("CapEff", "0"), 16), "landlock_abi": landlock_abi,
+            "network_interfaces": _interfaces()}
+
+
+def _interfaces() -> list[str]:
+    with open("/proc/net/dev") as f:
+        return sorted(line.split(":")[0].strip() for line in f.readlines()[2:])
+
+
 def main() -> None:
-    scratch, memory_mb, cpu_s, file_mb, require_namespace = sys.argv[1], *map(int, sys.argv[2:6])
+    args = sys.argv[1:]
+    landlock_abi = int(args.pop()[len("--landlock="):]) if args[-1].startswith("--landlock=") else 0
+    scratch, memory_mb, cpu_s, file_mb, hook_on, mode = args[0], *map(int, args[1:5]), args[5]
+    if mode == "report":
+        print(json.dumps(layers(landlock_abi)))
+        return
     with open(os.path.join(scratch, "main.py")) as f:
         code = f.read()
-    if not isolate_network() and require_namespace:
-        sys.exit(NO_NAMESPACE_EXIT)
     limit(memory_mb, cpu_s, file_mb)
     os.chdir(scratch)
     sys.path[:] = [p for p in sys.path if p and not p.startswith(scratch)]
@@ -117,9 +132,10 @@ def main() -> None:
     program = types.ModuleType("__main__")
     program.__builtins__ = __builtins__
     sys.modules["__main__"] = program  # this module is out of the program's reach
-    hook = audit_hook(scratch)
-    sys.addaudithook(hook)
-    del hook
+    if hook_on:
+        hook = audit_hook(scratch)
+        sys.addaudithook(hook)
+        del hook
     exec(compiled, program.__dict__)
 
 
