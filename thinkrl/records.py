@@ -245,6 +245,9 @@ class TrainBatch:
     ref_logprobs: Tensor | None  # [N, R]; None without a KL loss
     model_inputs: ModelInputs | None = None
     """The prompts' images (VL models); None for text."""
+    rollout_is_weights: Tensor | None = None
+    """[N, R] algorithm.rollout_is's truncated importance weights pi_trainer /
+    pi_rollout (constants), applied to each token's policy loss; None without."""
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -261,7 +264,8 @@ class TrainBatch:
                           self.position_ids[index], self.response_mask[index],
                           self.advantages[index], pick(self.old_logprobs),
                           pick(self.ref_logprobs),
-                          None if self.model_inputs is None else self.model_inputs.select(index))
+                          None if self.model_inputs is None else self.model_inputs.select(index),
+                          pick(self.rollout_is_weights))
 
 
 @dataclass(slots=True)

@@ -129,11 +129,12 @@ def train_step(run: Run, step: int) -> dict[str, float]:
                 kl_controller=state.kl_controller, kl_penalty=settings.kl_penalty)
             estimated = compute_advantages(spec.advantage_fn, rollouts, rewards, values=values,
                                            reward_baselines=sampled.reward_baselines)
-            advantages, drift_metrics = rollout_drift(rollouts, estimated.advantages, old_logprobs,
+            advantages = estimated.advantages
+            is_weights, drift_metrics = rollout_drift(rollouts, old_logprobs,
                                                       correction=settings.rollout_correction)
         batch = train_batch(rollouts, sequences, advantages=advantages, old_logprobs=old_logprobs,
                             ref_logprobs=ref_logprobs, off_policy=settings.off_policy,
-                            kl_loss=settings.kl_loss)
+                            kl_loss=settings.kl_loss, rollout_is_weights=is_weights)
         critic_metrics = update_critic(roles.critic, batch, returns=estimated.returns,
                                        values=values, timer=timer)
         actor_metrics = update_actor(roles.actor, roles.engine, batch, step=step, timer=timer, updates=actor_updates(

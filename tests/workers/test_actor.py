@@ -162,3 +162,22 @@ def test_nan_loss_is_a_clear_error_and_weights_are_untouched():
     with pytest.raises(FloatingPointError, match="optim.lr"):
         _grads_after_update(model, batch, micro=6, mode="token-mean")
     assert all(torch.equal(b, p) for b, p in zip(before, model.parameters()))
+
+
+@pytest.mark.parametrize("loss_mode", ["vanilla", "geo_mean"])
+def test_the_update_weighs_each_tokens_loss_by_the_batchs_rollout_is_weights(loss_mode):
+    """The weights travel with the batch (split over micro-batches) into the loss:
+    for a loss linear in A, the same gradients as advantages scaled by them; for
+    geo_mean (a sequence's geometric-mean weight), not the same."""
+    batch = _batch(with_old=True)
+    weights = (torch.rand(N, R, generator=torch.Generator().manual_seed(5)) * 1.5 + 0.25) * batch.response_mask
+    weighted = copy.copy(batch)
+    weighted.rollout_is_weights = weights
+    scaled = copy.copy(batch)
+    scaled.advantages = batch.advantages * weights
+    plain, _ = _grads_after_update(_model(), batch, micro=2, mode="token-mean", loss_mode=loss_mode)
+    with_weights, _ = _grads_after_update(_model(), weighted, micro=2, mode="token-mean", loss_mode=loss_mode)
+    with_scaled, _ = _grads_after_update(_model(), scaled, micro=2, mode="token-mean", loss_mode=loss_mode)
+    differs = lambda a, b: any(not torch.allclose(x, y, atol=1e-6) for x, y in zip(a, b))  # noqa: E731
+    assert differs(with_weights, plain)
+    assert differs(with_weights, with_scaled) == (loss_mode == "geo_mean")

@@ -118,6 +118,12 @@ def agg_loss(loss_mat: Tensor, loss_mask: Tensor, mode: str, scale: LossScale) -
     return LOSS_AGG_MODES[mode](loss_mat, loss_mask.to(loss_mat.dtype), scale)
 
 
+def weighted(loss_mat: Tensor, rollout_is_weights: Tensor | None) -> Tensor:
+    """l_t w_t: a per-token loss [N, T] weighed by the rollout importance weights
+    (constants, [N, T]) before aggregation, as verl applies them; `loss_mat` itself when None."""
+    return loss_mat if rollout_is_weights is None else loss_mat * rollout_is_weights.detach()
+
+
 def masked_share(values: Tensor, mask: Tensor, scale: LossScale) -> float:
     """sum(values * mask) / scale.num_tokens, for a metric summed over micro-batches.
 
@@ -137,6 +143,7 @@ def ppo_clip_policy_loss(
     clip_ratio_c: float,
     loss_agg_mode: str,
     scale: LossScale,
+    rollout_is_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """PPO clipped surrogate with dual clip (Ye et al. 2020) for negative advantages.
 
@@ -144,7 +151,7 @@ def ppo_clip_policy_loss(
         l1   = -A rho,   l2 = -A clamp(rho, 1 - clip_ratio_low, 1 + clip_ratio_high)
         l    = max(l1, l2)
         l    = min(l, -A clip_ratio_c)   where A < 0  (bounds the loss of a huge rho)
-        loss = agg_loss(l, mask, loss_agg_mode, scale)
+        loss = agg_loss(w l, mask, loss_agg_mode, scale)   (w: rollout IS weights, else 1)
 
     Args:
         logprob: [N, T] log pi(y_t) under the policy being trained (with grad).
@@ -155,6 +162,7 @@ def ppo_clip_policy_loss(
         clip_ratio_c: dual-clip bound (> 1) on the loss of tokens with A < 0.
         loss_agg_mode: see ``agg_loss``.
         scale: normalisers of the whole mini-batch.
+        rollout_is_weights: [N, T] constant weights w (algorithm.rollout_is), or None.
 
     Returns:
         (loss, metrics): the scalar loss and, as this micro-batch's share of the
@@ -178,7 +186,7 @@ def ppo_clip_policy_loss(
     negative = advantages < 0
     loss_mat = torch.where(negative, torch.minimum(loss_trust, loss_dual), loss_trust)
 
-    pg_loss = agg_loss(loss_mat, response_mask, loss_agg_mode, scale)
+    pg_loss = agg_loss(weighted(loss_mat, rollout_is_weights), response_mask, loss_agg_mode, scale)
 
     with torch.no_grad():
         clipped = (loss_clipped > loss_unclipped).float()

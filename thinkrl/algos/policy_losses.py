@@ -3,7 +3,7 @@
 Shape legend: N responses, T response tokens. Every loss is a pure function
 
     loss_fn(logprob [N, T], old_logprob [N, T], advantages [N, T], response_mask [N, T],
-            *, scale: LossScale, <its settings>) -> (loss, metrics)
+            *, scale: LossScale, rollout_is_weights [N, T] | None, <its settings>) -> (loss, metrics)
 
 registered under verl's ``actor.policy_loss.loss_mode`` name. ``build_policy_loss``
 binds the settings from ``ActorConfig`` once, so the actor calls every loss the
@@ -13,6 +13,13 @@ the mini-batch's: the gradient does not depend on the micro-batch size.
 Exception, as in verl: ``clip_cov`` and ``kl_cov`` choose their tokens from the
 covariance statistics of the tokens they are given (one micro-batch); with one
 micro-batch per mini-batch (the default) that is the whole mini-batch.
+
+Rollout importance weights w (``algorithm.rollout_is``, constants) weigh each
+token's loss before aggregation, as verl applies them: l_t <- w_t l_t. GMPO
+weighs a sequence by the geometric mean of its tokens' weights instead;
+clip_cov and kl_cov choose their tokens without the weights. For a loss
+linear in A this is the same as scaling the advantages; for the others it is
+not (``tests/algos/test_rollout_is_in_losses.py``).
 
 Formulas follow verl's ``core_algos.py``; each docstring names the paper.
 """
@@ -25,7 +32,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from thinkrl.algos.losses import LossScale, agg_loss, masked_share, ppo_clip_policy_loss
+from thinkrl.algos.losses import LossScale, agg_loss, masked_share, ppo_clip_policy_loss, weighted
 from thinkrl.config.schema import ActorConfig
 
 __all__ = [
@@ -42,7 +49,8 @@ __all__ = [
 ]
 
 PolicyLossFn = Callable[..., tuple[Tensor, dict[str, float]]]
-"""A bound loss: (logprob, old_logprob, advantages, response_mask, *, scale) -> (loss, metrics)."""
+"""A bound loss: (logprob, old_logprob, advantages, response_mask, *, scale,
+rollout_is_weights=None) -> (loss, metrics)."""
 
 
 def _metrics(loss: Tensor, mask: Tensor, scale: LossScale, *, log_ratio: Tensor,
@@ -59,7 +67,7 @@ def _metrics(loss: Tensor, mask: Tensor, scale: LossScale, *, log_ratio: Tensor,
 
 
 def gspo_policy_loss(logprob: Tensor, old_logprob: Tensor, advantages: Tensor, response_mask: Tensor, *,
-                     scale: LossScale, clip_ratio_low: float, clip_ratio_high: float, loss_agg_mode: str
+                     scale: LossScale, rollout_is_weights: Tensor | None = None, clip_ratio_low: float, clip_ratio_high: float, loss_agg_mode: str
                      ) -> tuple[Tensor, dict[str, float]]:
     """GSPO: PPO's clip on a sequence-level ratio (the geometric mean of token ratios).
 
@@ -96,14 +104,15 @@ def gspo_policy_loss(logprob: Tensor, old_logprob: Tensor, advantages: Tensor, r
     s = torch.exp(log_s.clamp(max=10.0))
     loss_unclipped = -advantages * s
     loss_clipped = -advantages * s.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
-    loss = agg_loss(torch.maximum(loss_unclipped, loss_clipped), mask, loss_agg_mode, scale)
+    loss = agg_loss(weighted(torch.maximum(loss_unclipped, loss_clipped), rollout_is_weights), mask,
+                    loss_agg_mode, scale)
     with torch.no_grad():
         metrics = _metrics(loss, mask, scale, log_ratio=log_ratio, clipped=loss_clipped > loss_unclipped)
     return loss, metrics
 
 
 def sapo_policy_loss(logprob: Tensor, old_logprob: Tensor, advantages: Tensor, response_mask: Tensor, *,
-                     scale: LossScale, tau_pos: float, tau_neg: float) -> tuple[Tensor, dict[str, float]]:
+                     scale: LossScale, rollout_is_weights: Tensor | None = None, tau_pos: float, tau_neg: float) -> tuple[Tensor, dict[str, float]]:
     """SAPO: a smooth sigmoid gate on the token ratio in place of the hard clip.
 
         r   = exp(clamp(log pi - log pi_old, -20, 20))
@@ -118,14 +127,15 @@ def sapo_policy_loss(logprob: Tensor, old_logprob: Tensor, advantages: Tensor, r
     ratio = torch.exp(log_ratio)
     tau = torch.where(advantages > 0, torch.full_like(advantages, tau_pos), torch.full_like(advantages, tau_neg))
     gate = torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)
-    loss = agg_loss(-gate * advantages, response_mask, "seq-mean-token-mean", scale)
+    loss = agg_loss(weighted(-gate * advantages, rollout_is_weights), response_mask, "seq-mean-token-mean",
+                    scale)
     with torch.no_grad():
         metrics = _metrics(loss, response_mask, scale, log_ratio=log_ratio)
     return loss, metrics
 
 
 def gpg_policy_loss(logprob: Tensor, old_logprob: Tensor, advantages: Tensor, response_mask: Tensor, *,
-                    scale: LossScale, loss_agg_mode: str) -> tuple[Tensor, dict[str, float]]:
+                    scale: LossScale, rollout_is_weights: Tensor | None = None, loss_agg_mode: str) -> tuple[Tensor, dict[str, float]]:
     """GPG: plain policy gradient, no ratio and no clip.
 
         l = -A log pi;   loss = agg_loss(l, mask, loss_agg_mode)
@@ -134,7 +144,7 @@ def gpg_policy_loss(logprob: Tensor, old_logprob: Tensor, advantages: Tensor, re
     Model Reasoning" (arXiv:2504.02546). Pair it with ``adv_estimator=gpg``.
     Args: [N, T] tensors as in the module legend (old_logprob feeds only ppo_kl).
     """
-    loss = agg_loss(-logprob * advantages, response_mask, loss_agg_mode, scale)
+    loss = agg_loss(weighted(-logprob * advantages, rollout_is_weights), response_mask, loss_agg_mode, scale)
     with torch.no_grad():
         metrics = _metrics(loss, response_mask, scale, log_ratio=logprob - old_logprob)
     return loss, metrics
@@ -145,7 +155,7 @@ def _masked_mean(values: Tensor, mask: Tensor) -> Tensor:
 
 
 def clip_cov_policy_loss(logprob: Tensor, old_logprob: Tensor, advantages: Tensor, response_mask: Tensor, *,
-                         scale: LossScale, clip_ratio_low: float, clip_ratio_high: float, loss_agg_mode: str,
+                         scale: LossScale, rollout_is_weights: Tensor | None = None, clip_ratio_low: float, clip_ratio_high: float, loss_agg_mode: str,
                          clip_cov_ratio: float, clip_cov_lb: float, clip_cov_ub: float,
                          generator: torch.Generator | None = None) -> tuple[Tensor, dict[str, float]]:
     """Clip-Cov: PPO's clip, plus no gradient for a few random high-covariance tokens.
@@ -155,7 +165,7 @@ def clip_cov_policy_loss(logprob: Tensor, old_logprob: Tensor, advantages: Tenso
         cov_t = (A_t - mean A) (log pi_t - mean log pi)   (means over the given tokens)
         candidates: mask, not clipped by l2 > l1, clip_cov_lb < cov_t < clip_cov_ub
         k     = max(int(clip_cov_ratio * #tokens), 1) candidates, drawn at random, get c_t = 0 (else 1)
-        loss  = agg_loss(max(l1, l2) * c, mask, loss_agg_mode)
+        loss  = agg_loss(max(l1, l2) * c * w, mask, loss_agg_mode)   (w: rollout IS weights, not in the choice)
 
     Cui et al. 2025, "The Entropy Mechanism of Reinforcement Learning for Reasoning
     Language Models" (arXiv:2505.22617). ``actor/pg_clipfrac`` is the share of dropped tokens.
@@ -176,14 +186,15 @@ def clip_cov_policy_loss(logprob: Tensor, old_logprob: Tensor, advantages: Tenso
         if len(where):
             chosen = where[torch.randperm(len(where), generator=generator)[:count]]
             keep[chosen[:, 0], chosen[:, 1]] = 0.0
-    loss = agg_loss(torch.maximum(loss_unclipped, loss_clipped) * keep, mask, loss_agg_mode, scale)
+    loss = agg_loss(weighted(torch.maximum(loss_unclipped, loss_clipped) * keep, rollout_is_weights), mask,
+                    loss_agg_mode, scale)
     with torch.no_grad():
         metrics = _metrics(loss, mask, scale, log_ratio=log_ratio, clipped=keep == 0)
     return loss, metrics
 
 
 def kl_cov_policy_loss(logprob: Tensor, old_logprob: Tensor, advantages: Tensor, response_mask: Tensor, *,
-                       scale: LossScale, loss_agg_mode: str, kl_cov_ratio: float, ppo_kl_coef: float
+                       scale: LossScale, rollout_is_weights: Tensor | None = None, loss_agg_mode: str, kl_cov_ratio: float, ppo_kl_coef: float
                        ) -> tuple[Tensor, dict[str, float]]:
     """KL-Cov: unclipped policy gradient, plus a |log-ratio| penalty on the highest-covariance tokens.
 
@@ -191,7 +202,7 @@ def kl_cov_policy_loss(logprob: Tensor, old_logprob: Tensor, advantages: Tensor,
         cov_t = (A_t - mean A)(log pi_t - mean log pi)   (means over the given tokens)
         top k = max(1, int(kl_cov_ratio * #tokens)) tokens by cov_t
         l_t   = -A r + ppo_kl_coef |log r|  on the top k,   -A r  elsewhere
-        loss  = agg_loss(l, mask, loss_agg_mode)
+        loss  = agg_loss(w l, mask, loss_agg_mode)   (w: rollout IS weights, penalty included, not in the choice)
 
     Cui et al. 2025, "The Entropy Mechanism of Reinforcement Learning for Reasoning
     Language Models" (arXiv:2505.22617). ``actor/ppo_kl`` is mean |log r| here (verl).
@@ -212,21 +223,22 @@ def kl_cov_policy_loss(logprob: Tensor, old_logprob: Tensor, advantages: Tensor,
             penalised[flat[torch.topk(cov, count).indices]] = True
         penalised = penalised.reshape(mask.shape)
     loss_mat = torch.where(penalised, loss_pg + ppo_kl_coef * log_ratio.abs(), loss_pg)
-    loss = agg_loss(loss_mat, mask, loss_agg_mode, scale)
+    loss = agg_loss(weighted(loss_mat, rollout_is_weights), mask, loss_agg_mode, scale)
     with torch.no_grad():
         metrics = _metrics(loss, mask, scale, log_ratio=-log_ratio.abs())
     return loss, metrics
 
 
 def geo_mean_policy_loss(logprob: Tensor, old_logprob: Tensor, advantages: Tensor, response_mask: Tensor, *,
-                         scale: LossScale, clip_ratio_low: float, clip_ratio_high: float
+                         scale: LossScale, rollout_is_weights: Tensor | None = None, clip_ratio_low: float, clip_ratio_high: float
                          ) -> tuple[Tensor, dict[str, float]]:
     """GMPO: PPO's objective on the geometric mean of the token ratios, clipped per token in log space.
 
         d_t   = log pi - log pi_old;   d^c_t = clamp(d_t, -low, high)
         d*_t  = sgn(A) min(sgn(A) d_t, sgn(A) d^c_t)        (the pessimistic side, token by token)
         rho_i = exp(sum_t m d*_t / (|y_i| + 1e-8)),   Abar_i = sum_t m A / (|y_i| + 1e-8)
-        loss  = sum_i (-Abar_i rho_i) / num_seqs             (a sequence mean; loss_agg_mode ignored)
+        W_i   = exp(sum_t m log(w_t + 1e-10) / (|y_i| + 1e-8))   (rollout IS weights; 1 without them)
+        loss  = sum_i (-Abar_i rho_i W_i) / num_seqs         (a sequence mean; loss_agg_mode ignored)
 
     verl averages over every row with ``torch.mean``; rows without response tokens
     contribute 0 either way, and the divisor here counts sequences with a token.
@@ -241,7 +253,10 @@ def geo_mean_policy_loss(logprob: Tensor, old_logprob: Tensor, advantages: Tenso
     lengths = mask.sum(-1) + 1e-8
     rho = torch.exp((pessimistic * mask).sum(-1) / lengths)  # [N]
     seq_adv = (advantages * mask).sum(-1) / lengths  # [N]
-    loss = (-seq_adv * rho).sum() / scale.num_seqs
+    seq_loss = -seq_adv * rho  # [N]
+    if rollout_is_weights is not None:  # the geometric mean of the sequence's token weights
+        seq_loss = seq_loss * torch.exp((torch.log(rollout_is_weights + 1e-10) * mask).sum(-1) / lengths)
+    loss = seq_loss.sum() / scale.num_seqs
     with torch.no_grad():
         clipped = log_ratio != log_ratio_clamped
         metrics = _metrics(loss, mask, scale, log_ratio=log_ratio, clipped=clipped & (advantages > 0),
@@ -250,7 +265,7 @@ def geo_mean_policy_loss(logprob: Tensor, old_logprob: Tensor, advantages: Tenso
 
 
 def cispo_policy_loss(logprob: Tensor, old_logprob: Tensor, advantages: Tensor, response_mask: Tensor, *,
-                      scale: LossScale, clip_ratio_low: float, clip_ratio_high: float, loss_agg_mode: str
+                      scale: LossScale, rollout_is_weights: Tensor | None = None, clip_ratio_low: float, clip_ratio_high: float, loss_agg_mode: str
                       ) -> tuple[Tensor, dict[str, float]]:
     """CISPO: REINFORCE weighted by the clipped, stop-gradient importance ratio.
 
@@ -264,7 +279,8 @@ def cispo_policy_loss(logprob: Tensor, old_logprob: Tensor, advantages: Tensor, 
     log_ratio = (logprob - old_logprob).clamp(-20.0, 20.0)
     ratio = torch.exp(log_ratio)
     weight = ratio.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high).detach()
-    loss = agg_loss(-weight * advantages * logprob, response_mask, loss_agg_mode, scale)
+    loss = agg_loss(weighted(-weight * advantages * logprob, rollout_is_weights), response_mask,
+                    loss_agg_mode, scale)
     with torch.no_grad():
         metrics = _metrics(loss, response_mask, scale, log_ratio=log_ratio, clipped=ratio != weight)
     return loss, metrics

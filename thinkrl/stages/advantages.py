@@ -48,21 +48,19 @@ def compute_advantages(advantage_fn: Callable, rollouts: Rollouts, rewards: Tens
     return advantage_fn(rewards, rollouts.response_mask.float(), rollouts.group_ids, **step_inputs)
 
 
-def rollout_drift(rollouts: Rollouts, advantages: Tensor, old_logprobs: Tensor | None, *,
-                  correction: RolloutCorrection | None) -> tuple[Tensor, dict[str, float]]:
+def rollout_drift(rollouts: Rollouts, old_logprobs: Tensor | None, *,
+                  correction: RolloutCorrection | None) -> tuple[Tensor | None, dict[str, float]]:
     """The engine's log-probs against the trainer's (logged whenever both
-    exist); with a `correction` (algorithm.rollout_is), the advantages times
-    the truncated importance weights pi_trainer / pi_rollout. A positive
-    per-token weight factors out of PPO's clipped objective, so this weights
-    each token's policy-gradient loss exactly as verl's rollout_is does."""
+    exist); with a `correction` (algorithm.rollout_is), the truncated
+    importance weights pi_trainer / pi_rollout [N, R], which each policy loss
+    applies to its per-token loss (verl's semantics; see algos/policy_losses)."""
     if old_logprobs is None:
-        return advantages, {}
+        return None, {}
     mask = rollouts.response_mask.float()
     metrics = logprob_gap_metrics(rollouts.rollout_logprobs, old_logprobs, mask)
-    if correction is not None:
-        weights, is_metrics = rollout_is_weights(old_logprobs, rollouts.rollout_logprobs, mask,
-                                                 threshold=correction.threshold,
-                                                 level=correction.level, mode=correction.mode)
-        advantages = advantages * weights
-        metrics.update(is_metrics)
-    return advantages, metrics
+    if correction is None:
+        return None, metrics
+    weights, is_metrics = rollout_is_weights(old_logprobs, rollouts.rollout_logprobs, mask,
+                                             threshold=correction.threshold,
+                                             level=correction.level, mode=correction.mode)
+    return weights, {**metrics, **is_metrics}

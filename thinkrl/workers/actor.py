@@ -145,7 +145,9 @@ class ActorWorker:
         # Exactly on-policy (one pass, one mini-batch): pi_old is this very
         # forward, so the ratio is 1 and only its gradient matters.
         old = logprob.detach() if micro.old_logprobs is None else micro.old_logprobs.to(dev)
-        pg_loss, metrics = self.policy_loss(logprob, old, micro.advantages.to(dev), mask, scale=scale)
+        weights = None if micro.rollout_is_weights is None else micro.rollout_is_weights.to(dev)
+        pg_loss, metrics = self.policy_loss(logprob, old, micro.advantages.to(dev), mask, scale=scale,
+                                            rollout_is_weights=weights)
         loss = pg_loss
         metrics["actor/entropy"] = masked_share(entropy, mask, scale)
         if cfg.entropy_coeff != 0:
