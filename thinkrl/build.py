@@ -17,7 +17,7 @@ from thinkrl import builtin
 from thinkrl.algos.advantages import build_advantage_estimator
 from thinkrl.algos.kl_control import KLController
 from thinkrl.algos.rollout_correction import RolloutCorrection
-from thinkrl.async_rollout.launch import async_window, start_async_rollout
+from thinkrl.async_rollout.launch import start_async_rollout
 from thinkrl.assets import (generation_batch_size, prompt_set, run_tokenizer,
                             total_training_steps, training_sampling, val_batch_size,
                             validation_sampling)
@@ -136,20 +136,21 @@ def step_settings(cfg: Config, sizes: DerivedSizes) -> StepSettings:
     # Async samples may come from older weights: pi_old is then not the
     # update's own first forward, and (unless pi_old is the behaviour policy
     # itself, use_rollout_log_probs) rollout_is corrects for the behaviour
-    # policy. A window that never runs ahead (zero staleness, a sync every
-    # step) is the synchronous algorithm and is left exactly so.
-    stale = asynchronous and async_window(cfg).can_be_stale
-    off_policy = sizes.optimizer_steps_per_step > 1 or stale or from_rollout
-    rollout_is = algo.rollout_is or (stale and not from_rollout)
+    # policy. Whether a batch is behind is read from the versions stamped on
+    # its tokens (StepSettings.for_batch), not from the window: streaming at
+    # window 1 still trains tokens of the previous version; a batch with none
+    # is the synchronous algorithm and is left exactly so.
+    off_policy = sizes.optimizer_steps_per_step > 1 or from_rollout
+    correction = RolloutCorrection(algo.rollout_is_threshold, algo.rollout_is_level, algo.rollout_is_mode)
     # An engine with its own weights (vllm, the rollout process), or rollout_is's
     # correction: the trainer's log-probs of the sampled tokens are compared with the engine's.
-    checks_engine = arr.rollout.name != "native" or rollout_is or asynchronous
+    checks_engine = arr.rollout.name != "native" or algo.rollout_is or asynchronous
     return StepSettings(
         recompute_old_logprobs=(off_policy or algo.use_kl_in_reward or checks_engine) and not from_rollout,
         old_from_rollout=from_rollout,
         off_policy=off_policy, kl_loss=arr.actor.use_kl_loss, kl_penalty=algo.kl_penalty,
-        rollout_correction=(RolloutCorrection(algo.rollout_is_threshold, algo.rollout_is_level,
-                                              algo.rollout_is_mode) if rollout_is else None),
+        rollout_correction=correction if algo.rollout_is else None,
+        behind_correction=correction if asynchronous and not from_rollout else None,
         critic_warmup=cfg.trainer.critic_warmup,
         train_generations=cfg.trainer.log_train_generations,
         generations_every=cfg.trainer.generations_log_freq)

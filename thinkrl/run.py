@@ -47,21 +47,32 @@ class StepSettings:
     """actor.use_rollout_log_probs: pi_old is the engine's log-probs of the
     sampled tokens (the behaviour policy), not a trainer forward."""
     off_policy: bool
-    """More than one optimizer step per training step, or samples of older
-    weights (async training): pi_old is not the current policy, so the
-    update needs the old log-probs."""
+    """More than one optimizer step per training step, or pi_old from the
+    rollout (use_rollout_log_probs): every batch's update needs the old
+    log-probs. A batch with tokens of older weights (async) needs them too:
+    `for_batch` decides that per batch."""
     kl_loss: bool
     """actor.use_kl_loss: the reference log-probs go into the update."""
     kl_penalty: str
     """algorithm.kl_penalty: the estimator of the KL penalty in the reward."""
     rollout_correction: RolloutCorrection | None
-    """algorithm.rollout_is's weights, or None."""
+    """algorithm.rollout_is's weights for every batch, or None."""
+    behind_correction: RolloutCorrection | None
+    """Async training (pi_old a trainer forward): the same weights for a batch
+    holding tokens sampled by older weights than the trainer's; None otherwise."""
     critic_warmup: int
     """trainer.critic_warmup: the actor updates from this step on (with a critic)."""
     train_generations: int
     """trainer.log_train_generations responses saved ..."""
     generations_every: int
     """... every trainer.generations_log_freq steps."""
+
+    def for_batch(self, *, behind: bool) -> tuple[bool, RolloutCorrection | None]:
+        """(off-policy, correction) for one batch: `behind` when any of its
+        tokens was sampled by weights older than the trainer's (the versions
+        the rollout stamped on them), whatever the window promised."""
+        off_policy = self.off_policy or behind
+        return off_policy, self.rollout_correction or (self.behind_correction if behind else None)
 
 
 @dataclass(frozen=True)

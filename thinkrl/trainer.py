@@ -130,10 +130,10 @@ def train_step(run: Run, step: int) -> dict[str, float]:
             estimated = compute_advantages(spec.advantage_fn, rollouts, rewards, values=values,
                                            reward_baselines=sampled.reward_baselines)
             advantages = estimated.advantages
-            is_weights, drift_metrics = rollout_drift(rollouts, old_logprobs,
-                                                      correction=settings.rollout_correction)
+            off_policy, correction = settings.for_batch(behind=sampled.behind_trainer)
+            is_weights, drift_metrics = rollout_drift(rollouts, old_logprobs, correction=correction)
         batch = train_batch(rollouts, sequences, advantages=advantages, old_logprobs=old_logprobs,
-                            ref_logprobs=ref_logprobs, off_policy=settings.off_policy,
+                            ref_logprobs=ref_logprobs, off_policy=off_policy,
                             kl_loss=settings.kl_loss, rollout_is_weights=is_weights)
         critic_metrics = update_critic(roles.critic, batch, returns=estimated.returns,
                                        values=values, timer=timer)

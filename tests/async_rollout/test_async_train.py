@@ -202,3 +202,26 @@ def test_a_sync_sent_at_a_checkpoint_between_trigger_steps_is_attested(asset_cac
         assert run.roles.engine.sent_version == 3
     finally:
         run.close()
+
+
+def test_streaming_at_window_one_corrects_the_tokens_of_the_previous_version(asset_cache, tiny_model_dir,
+                                                                            tmp_path):
+    """Zero staleness and a sync every step still let responses that were
+    decoding when batch m was emitted join a later batch, partly sampled by
+    version m - 1: such a batch is trained off-policy (pi_old a trainer
+    forward, rollout_is's weights pi_old / pi_behaviour on each token's loss),
+    a batch without such tokens on-policy."""
+    quiet = dict(log=lambda *_: None)
+    train(load_config(recipe_path("tiny"), overrides(
+        tiny_model_dir, tmp_path / "run", "async_training.mode=fully_async", "async_training.streaming=True",
+        "async_training.staleness_threshold=0", "async_training.trigger_parameter_sync_step=1",
+        "data.max_response_length=24", "trainer.total_training_steps=4", length_reward(tmp_path))), **quiet)
+    records = metrics(tmp_path / "run")
+    behind = [r for r in records if r["fully_async/staleness/max"] >= 1]
+    assert behind, [r["fully_async/staleness/max"] for r in records]
+    for r in records:
+        if r in behind:  # weights pi_old / pi_behaviour, off 1 on the previous version's tokens
+            assert "rollout_is/mean" in r
+            assert abs(r["rollout_is/max"] - 1) > 1e-3 or abs(r["rollout_is/min"] - 1) > 1e-3
+        else:
+            assert "rollout_is/mean" not in r

@@ -82,21 +82,28 @@ def test_what_async_training_does_not_support_yet_is_refused_with_the_fix():
         "async_training.mode=fully_async" in problems_of("async_training.streaming=True")
 
 
-def test_only_a_window_that_can_run_ahead_makes_the_update_off_policy():
+def test_a_batch_with_tokens_of_older_weights_is_off_policy_whatever_the_window():
+    """The tokens' versions decide, per batch: at window 1 (streaming can still
+    train tokens of the previous version) as at one-step-off; a batch with none
+    is the synchronous algorithm."""
     from thinkrl.build import step_settings
 
     def settings(*overrides):
         cfg = load_config("tiny", list(overrides))
         return step_settings(cfg, validate(cfg))
-    exact = settings("async_training.mode=fully_async", "async_training.staleness_threshold=0",
-                     "async_training.trigger_parameter_sync_step=1")
-    assert not exact.off_policy and exact.rollout_correction is None  # the synchronous algorithm
-    assert exact.recompute_old_logprobs  # for the engine-gap metrics only
-    ahead = settings("async_training.mode=one_step_off")
-    assert ahead.off_policy and ahead.rollout_correction is not None
+    for window in (("async_training.mode=fully_async", "async_training.staleness_threshold=0",
+                    "async_training.trigger_parameter_sync_step=1", "async_training.streaming=True"),
+                   ("async_training.mode=one_step_off",)):
+        each = settings(*window)
+        assert each.for_batch(behind=False) == (False, None)  # the synchronous algorithm
+        off_policy, correction = each.for_batch(behind=True)
+        assert off_policy and correction is not None and correction.threshold == 2.0
+        assert each.recompute_old_logprobs  # the engine-gap metrics, and pi_old when behind
     bypass = settings("async_training.mode=one_step_off", "actor_rollout_ref.actor.use_rollout_log_probs=True")
     assert bypass.off_policy and bypass.old_from_rollout and not bypass.recompute_old_logprobs
-    assert bypass.rollout_correction is None
+    assert bypass.for_batch(behind=True) == (True, None)
+    explicit = settings("algorithm.rollout_is=True")
+    assert explicit.for_batch(behind=False)[1] is not None  # rollout_is: every batch
 
 
 def test_async_keys_with_mode_off_are_noted_as_changing_nothing():

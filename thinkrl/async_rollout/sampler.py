@@ -56,12 +56,6 @@ class Window:
     cap: int
     """Batches dispatched between two syncs, those in flight at the sync included."""
 
-    @property
-    def can_be_stale(self) -> bool:
-        """Can a batch be generated with older weights than the trainer's?
-        Not with one batch per sync and a sync every step: the synchronous algorithm."""
-        return self.cap > 1 or self.sync_every > 1
-
     @classmethod
     def of(cls, mode: str, *, staleness_threshold: float, sync_every: int) -> "Window":
         if mode == "one_step_off":
@@ -223,12 +217,21 @@ class AsyncSampler:
         scored = score(self.draw, generated.rollouts, timer)
         scored.versions = generated.versions
         now = time.perf_counter()
+        scored.behind_trainer = bool((response_lags(generated.versions, rollout.version) > 0).any())
         scored.metrics = staleness_metrics(generated, trainer_version=rollout.version)
         if self._last_call is not None:  # the rollout side's idle share since the last step
             busy = rollout.busy_seconds - busy_before
             scored.metrics["fully_async/rollouter/idle_ratio"] = max(0.0, 1 - busy / (now - self._last_call))
         self._last_call = now
         return scored
+
+
+def response_lags(versions: torch.Tensor, trainer_version: int) -> torch.Tensor:
+    """Per response with tokens, the lag of its oldest token: trainer version -
+    the version that sampled it ([N, R] versions, NO_VERSION past a row's end -> [N'])."""
+    sampled = versions != NO_VERSION
+    oldest = torch.where(sampled, versions, torch.iinfo(torch.long).max).min(-1).values  # [N]
+    return (trainer_version - oldest)[sampled.any(-1)]
 
 
 def staleness_metrics(generated: Generated, *, trainer_version: int) -> dict[str, float]:
@@ -239,7 +242,7 @@ def staleness_metrics(generated: Generated, *, trainer_version: int) -> dict[str
     oldest = torch.where(sampled, versions, torch.iinfo(torch.long).max).min(-1).values  # [N]
     newest = torch.where(sampled, versions, NO_VERSION).max(-1).values
     has_tokens = sampled.any(-1)
-    lag = (trainer_version - oldest)[has_tokens]
+    lag = response_lags(versions, trainer_version)
     span = (newest - oldest)[has_tokens]
     n = max(1, int(has_tokens.sum()))
     metrics = {

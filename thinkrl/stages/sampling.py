@@ -50,6 +50,9 @@ class ScoredRollouts:
     versions: Tensor | None = None
     """[N, R] the policy version that sampled each token (async training; -1 past
     a row's end); None: every token is of the policy being updated."""
+    behind_trainer: bool = False
+    """Some token was sampled by weights older than the trainer's (async
+    training, read from `versions`): the update is off-policy and corrected."""
 
 
 @dataclass(frozen=True)
