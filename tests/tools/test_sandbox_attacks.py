@@ -8,6 +8,7 @@ alone."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import time
 
 import pytest
 
+from thinkrl.tools.call_cgroup import cgroup_plan
 from thinkrl.tools.sandbox import SandboxLimits, run_python
 
 HOOK_ON, HOOK_OFF = SandboxLimits(wall_s=4.0, cpu_s=3), SandboxLimits(wall_s=4.0, cpu_s=3, audit_hook=False)
@@ -195,3 +197,76 @@ def test_the_code_sees_no_host_files_and_runs_as_nobody():
     for path in ("/etc/passwd", "/root", "/home", os.path.dirname(os.path.abspath(__file__)),
                  os.path.expanduser("~")):
         _attack(f"print('ESCAPED', open({path!r}).read(10))", HOOK_OFF)
+
+
+# Limits the process's own rlimits do not see (the red-team review of 2026-12-03).
+needs_cgroup = pytest.mark.skipif(cgroup_plan()[0] is None, reason="no per-call cgroup on this machine")
+
+
+@BOTH
+def test_memory_outside_the_address_space_is_refused(limits):
+    """Anonymous files and System V shared memory would hold host memory past memory_mb."""
+    for code in ("import os\nfor i in range(64):\n    fd = os.memfd_create('x')\n"
+                 "    os.posix_fallocate(fd, 0, 15 * 2 ** 20)\nprint('ESCAPED')",
+                 "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                 "assert libc.shmget(0, 48 * 2 ** 20, 0o1000 | 0o600) >= 0, 'refused'\nprint('ESCAPED')",
+                 "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                 "assert libc.msgget(0, 0o1000 | 0o600) >= 0, 'refused'\nprint('ESCAPED')"):
+        _attack(code, dataclasses.replace(limits, memory_mb=64))
+
+
+@needs_cgroup
+def test_scratch_inodes_count_against_the_calls_memory():
+    """Empty files take no tmpfs bytes but kernel memory: the call's cgroup holds them."""
+    code = ("import os\nfor i in range(400000):\n    os.close(os.open('%0200d' % i, os.O_CREAT | os.O_WRONLY))\n"
+            "print('ESCAPED')")
+    _attack(code, SandboxLimits(wall_s=20.0, cpu_s=20, memory_mb=64, scratch_mb=1))
+
+
+@pytest.mark.skipif(os.geteuid() == 0 and cgroup_plan()[0] is None,
+                    reason="a root host uid is exempt from RLIMIT_NPROC and there is no cgroup")
+@BOTH
+def test_threads_are_capped_and_a_few_still_work(limits):
+    assert run_python("import threading\nt = threading.Thread(target=print, args=(7,))\nt.start()\nt.join()",
+                      limits).text() == "7\n"
+    code = ("import threading\nthreading.stack_size(32768)\nev = threading.Event()\n"
+            "for i in range(500):\n    threading.Thread(target=ev.wait, daemon=True).start()\nprint('ESCAPED')")
+    assert "can't start new thread" in _attack(code, limits)
+
+
+def test_the_code_cannot_reserve_host_disk_through_its_output():
+    code = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]\n"
+            "for fd in (1, 2):\n    if libc.fallocate(fd, 1, 0, 2 ** 30) == 0:\n        print('ESCAPED', fd)\n"
+            "raise SystemExit('refused')")
+    _attack(code, HOOK_OFF)
+
+
+def test_dev_is_read_only():
+    for path in ("/dev/shm/x", "/dev/x"):
+        _attack(f"open({path!r}, 'w').write('x')\nprint('ESCAPED')", HOOK_OFF)
+
+
+SUBREAPER = """
+import ctypes, os, sys, time
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans of the call come here
+from thinkrl.tools.sandbox import SandboxLimits, run_python
+for _ in range(3):
+    assert 'longer than' in run_python('while True: pass', SandboxLimits(wall_s=0.5, audit_hook=False)).text()
+time.sleep(0.3)
+zombies = 0
+for pid in os.listdir('/proc'):
+    try:
+        stat = open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()
+    except (OSError, IndexError):
+        continue
+    zombies += stat[0] == 'Z' and int(stat[1]) == os.getpid()
+print('ZOMBIES', zombies)
+"""
+
+
+def test_a_timed_out_call_leaves_no_zombie_to_a_subreaper():
+    """A trainer that is PID 1 of a container (or a subreaper) inherits what a
+    killed call orphans; the sandbox's PID 1 is killed first, so bwrap reaps it."""
+    done = subprocess.run([sys.executable, "-c", SUBREAPER], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "ZOMBIES 0" in done.stdout, (done.stdout, done.stderr[-2000:])

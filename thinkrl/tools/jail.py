@@ -66,6 +66,8 @@ _DENIED_SYSCALLS = (
     "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "sethostname",
     "setdomainname", "move_pages", "migrate_pages", "io_uring_setup", "io_uring_enter",
     "io_uring_register", "memfd_secret",
+    # memory no limit of the process counts: anonymous files, System V and POSIX IPC
+    "memfd_create", "shmget", "shmat", "msgget", "msgsnd", "semget", "mq_open", "mq_timedsend",
 )
 _CLONE_THREAD = 0x00010000
 _CLONE_NAMESPACES = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000,
@@ -120,7 +122,8 @@ class JailPlan:
     notes: tuple[str, ...] = field(default=())
     """What is weaker than it could be here (stated at start)."""
 
-    def argv(self, *, scratch_mb: int, code_fd: int, seccomp_fd: int, command: list[str]) -> list[str]:
+    def argv(self, *, scratch_mb: int, code_fd: int, seccomp_fd: int, info_fd: int,
+             command: list[str]) -> list[str]:
         """bwrap's command line for one call; `command` runs inside."""
         args = [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns",
                 "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox",
@@ -137,7 +140,8 @@ class JailPlan:
                  "--ro-bind", str(RUNNER_SCRIPT), f"{RUNNER_DIR}/{RUNNER_SCRIPT.name}",
                  "--size", str(scratch_mb * 2 ** 20), "--perms", "0700", "--tmpfs", SCRATCH,
                  "--file", str(code_fd), f"{SCRATCH}/main.py",
-                 "--remount-ro", "/", "--chdir", SCRATCH, "--seccomp", str(seccomp_fd)]
+                 "--remount-ro", "/", "--remount-ro", "/dev", "--chdir", SCRATCH,
+                 "--seccomp", str(seccomp_fd), "--info-fd", str(info_fd)]
         for key, value in sandbox_environment(SCRATCH).items():
             args += ["--setenv", key, value]
         return args + ["--", *command]

@@ -20,7 +20,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from thinkrl.tools.call_cgroup import CallCgroup, cgroup_plan
 from thinkrl.tools.jail import RUNNER_DIR, RUNNER_SCRIPT, SCRATCH, JailPlan, jail_plan, sandbox_environment
+from thinkrl.tools.sandbox_process import Launch, run_contained
 
 SCHEMA = {
     "type": "function",
@@ -37,6 +39,8 @@ SCHEMA = {
 }
 UNSAFE_KEY = "unsafe_without_kernel_isolation"
 _SIGNALS = {int(s) for s in signal.Signals}
+_OVERHEAD_MB = 64
+"""A call's cgroup holds memory_mb + scratch_mb + this (bwrap, the interpreter's own pages)."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,8 @@ class SandboxLimits:
     """Largest file the code may write, its output included."""
     scratch_mb: int = 64
     """Size of the call's scratch folder (a tmpfs): all its files together."""
+    tasks: int = 32
+    """Threads of the code (RLIMIT_NPROC; with a cgroup, every task of the call)."""
     audit_hook: bool = True
     """The friendly first layer (clear errors for ordinary attempts). Tests
     switch it off to show that the kernel's layers hold alone."""
@@ -61,7 +67,7 @@ class SandboxLimits:
     code that switches the hook off reads and writes what the trainer can."""
 
     def __post_init__(self) -> None:
-        for key in ("wall_s", "cpu_s", "memory_mb", "output_chars", "file_mb", "scratch_mb"):
+        for key in ("wall_s", "cpu_s", "memory_mb", "output_chars", "file_mb", "scratch_mb", "tasks"):
             if not getattr(self, key) > 0:
                 raise ValueError(f"{key}={getattr(self, key)!r}: must be positive")
 
@@ -91,18 +97,20 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxRes
         return SandboxResult("", "the Python tool's sandbox cannot run here: " + "; ".join(plan.missing),
                              time.perf_counter() - start)
     with contextlib.ExitStack() as stack:
-        out = stack.enter_context(tempfile.TemporaryFile())  # unnamed: nothing on disk to find
-        err = stack.enter_context(tempfile.TemporaryFile())
-        if jailed:
-            argv, fds, user, cwd = _jailed(plan, code, limits, stack)
-        else:
-            argv, fds, user, cwd = _unjailed(plan, code, limits, stack)
-        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=cwd,
-                                   env=sandbox_environment(cwd), pass_fds=fds, start_new_session=True,
-                                   **user)
-        code_ = _wait_then_kill_group(process, limits.wall_s)
-        output, errors = _head(out, limits.output_chars), _tail(err, limits.output_chars)
-    return SandboxResult(output, _error(code_, errors, code_ is None, limits), time.perf_counter() - start)
+        launch = (_jailed if jailed else _unjailed)(plan, code, limits, stack)
+        group, _ = cgroup_plan()
+        cgroup = None
+        if group is not None:
+            try:
+                cgroup = CallCgroup(group, memory_bytes=(limits.memory_mb + limits.scratch_mb + _OVERHEAD_MB)
+                                    * 2 ** 20, tasks=limits.tasks)
+            except OSError as err:
+                return SandboxResult("", f"the sandbox could not make the call's cgroup ({err}); the code "
+                                     "was not run", time.perf_counter() - start)
+            stack.callback(cgroup.close)
+        done = run_contained(launch, wall_s=limits.wall_s, output_chars=limits.output_chars, cgroup=cgroup)
+    return SandboxResult(done.stdout, _error(done.status, done.stderr, done.status is None, limits),
+                         time.perf_counter() - start)
 
 
 def _stages(plan: JailPlan, runner_dir: str, scratch: str, limits: SandboxLimits, read_only: list[str],
@@ -110,23 +118,28 @@ def _stages(plan: JailPlan, runner_dir: str, scratch: str, limits: SandboxLimits
     """sandbox_lock (Landlock), which execs sandbox_runner (limits, hook, the code)."""
     runner = [plan.python, "-s", "-S", "-B", "-P", f"{runner_dir}/sandbox_runner.py", scratch,
               str(limits.memory_mb), str(limits.cpu_s), str(limits.file_mb), str(int(limits.audit_hook)),
-              mode]
+              str(limits.tasks), mode]
     return [plan.python, "-s", "-S", "-B", "-P", f"{runner_dir}/sandbox_lock.py", ":".join(read_only),
             ":".join(writable), "--", *runner]
 
 
-def _jailed(plan: JailPlan, code: str, limits: SandboxLimits, stack, mode: str = "run"):
+def _jailed(plan: JailPlan, code: str, limits: SandboxLimits, stack, mode: str = "run") -> Launch:
     code_fd = stack.enter_context(_memfd(code.encode()))
     seccomp_fd = stack.enter_context(_memfd(plan.seccomp))
+    info_read, info_write = os.pipe()
+    stack.callback(os.close, info_read)
     command = _stages(plan, RUNNER_DIR, SCRATCH, limits, [*plan.read_only, RUNNER_DIR, "/proc"],
                       [SCRATCH, "/dev/null", "/dev/zero", "/dev/full"], mode)
-    argv = plan.argv(scratch_mb=limits.scratch_mb, code_fd=code_fd, seccomp_fd=seccomp_fd, command=command)
+    argv = plan.argv(scratch_mb=limits.scratch_mb, code_fd=code_fd, seccomp_fd=seccomp_fd,
+                     info_fd=info_write, command=command)
     user = {} if plan.host_uid is None else {"user": plan.host_uid, "group": plan.host_uid,
                                              "extra_groups": []}
-    return argv, (code_fd, seccomp_fd), user, "/"
+    stack.callback(os.close, info_write)
+    return Launch(argv, cwd="/", env=sandbox_environment("/"), pass_fds=(code_fd, seccomp_fd, info_write),
+                  user=user, info_fd=info_read)
 
 
-def _unjailed(plan: JailPlan, code: str, limits: SandboxLimits, stack, mode: str = "run"):
+def _unjailed(plan: JailPlan, code: str, limits: SandboxLimits, stack, mode: str = "run") -> Launch:
     """The audit hook, limits and Landlock (where the kernel has it) only."""
     scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="thinkrl-sandbox-",
                                                                 ignore_cleanup_errors=True))
@@ -134,13 +147,14 @@ def _unjailed(plan: JailPlan, code: str, limits: SandboxLimits, stack, mode: str
     runner_dir = str(RUNNER_SCRIPT.parent)
     command = _stages(plan, runner_dir, scratch, limits, [*plan.read_only, runner_dir, "/proc"],
                       [scratch, "/dev/null"], mode)
-    return command, (), {}, scratch
+    return Launch(command, cwd=scratch, env=sandbox_environment(scratch))
 
 
 @contextlib.contextmanager
 def _memfd(data: bytes):
-    """An anonymous file holding `data`, read from its start (bwrap's --file and --seccomp)."""
-    fd = os.memfd_create("thinkrl-sandbox", 0)
+    """An anonymous file holding `data`, read from its start (bwrap's --file and
+    --seccomp); close-on-exec, so only the call it is passed to inherits it."""
+    fd = os.memfd_create("thinkrl-sandbox", os.MFD_CLOEXEC)
     try:
         view = memoryview(data)
         while view:
@@ -149,37 +163,6 @@ def _memfd(data: bytes):
         yield fd
     finally:
         os.close(fd)
-
-
-def _wait_then_kill_group(process: subprocess.Popen, wall_s: float) -> int | None:
-    """The child's exit status (None past `wall_s`), after its process group
-    is killed (in the jail, bwrap's death takes the sandbox's PID namespace
-    with it). The child is reaped only after the kill, so its id, which names
-    the group, cannot be reused meanwhile."""
-    deadline = time.monotonic() + wall_s
-    exited = None
-    while exited is None and time.monotonic() < deadline:
-        exited = os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        if exited is None:
-            time.sleep(0.002)
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    status = process.wait()
-    return None if exited is None else status
-
-
-def _head(f, chars: int) -> str:
-    f.seek(0)
-    text = f.read(chars * 4).decode("utf-8", "replace")
-    return text[:chars] + ("...(truncated)" if len(text) > chars else "")
-
-
-def _tail(f, chars: int) -> str:
-    f.seek(0, os.SEEK_END)
-    f.seek(max(0, f.tell() - chars * 4))
-    return f.read().decode("utf-8", "replace")[-chars:]
 
 
 def _error(code: int | None, errors: str, timed_out: bool, limits: SandboxLimits) -> str | None:
@@ -240,14 +223,15 @@ def sandbox_layers(unsafe: bool = False) -> str:
                          "without kernel isolation (NOT A SANDBOX: trusted code only)")
     limits = SandboxLimits(unsafe_without_kernel_isolation=unsafe)
     with contextlib.ExitStack() as stack:
-        argv, fds, user, cwd = (_unjailed if unsafe else _jailed)(plan, "", limits, stack, "report")
-        done = subprocess.run(argv, cwd=cwd, env=sandbox_environment(cwd), pass_fds=fds,
-                              capture_output=True, text=True, timeout=30, **user)
+        launch = (_unjailed if unsafe else _jailed)(plan, "", limits, stack, "report")
+        done = subprocess.run(launch.argv, cwd=launch.cwd, env=launch.env, pass_fds=launch.pass_fds,
+                              capture_output=True, text=True, timeout=30, **launch.user)
     if done.returncode != 0:
         raise ValueError("the Python tool's sandbox failed to start here: "
                          f"{(done.stderr.strip().splitlines() or ['exit ' + str(done.returncode)])[-1]}"
                          + ("" if unsafe else f" ({UNSAFE_KEY}: true runs code without it, trusted code only)"))
     seen = json.loads(done.stdout)
+    group, why_not = cgroup_plan()
     if unsafe:
         line = ("python tool: UNSAFE, no kernel isolation (unsafe_without_kernel_isolation: true): "
                 f"audit hook, limits, Landlock ABI {seen['landlock_abi'] or 'none'}; code that switches "
@@ -257,7 +241,10 @@ def sandbox_layers(unsafe: bool = False) -> str:
                 f"{seen['uid']} inside (host uid {plan.host_uid if plan.host_uid is not None else os.geteuid()}), "
                 f"seccomp {'on' if seen['seccomp'] else 'OFF'}, no_new_privs {'on' if seen['no_new_privs'] else 'OFF'}, "
                 f"Landlock {'ABI ' + str(seen['landlock_abi']) if seen['landlock_abi'] else 'not in this kernel'}, "
-                f"{len(seen['network_interfaces'])} network interface(s), a private scratch tmpfs per call")
+                f"{len(seen['network_interfaces'])} network interface(s), a private scratch tmpfs per call, "
+                + (f"a cgroup v{group.version} per call (memory, tasks)" if group is not None else
+                   f"NO cgroup per call ({why_not}): memory outside the address space (scratch inodes, "
+                   "IPC) and threads of a root host uid are not capped"))
         line += "".join(f"; {note}" for note in plan.notes)
         if not seen["seccomp"] or seen["capabilities"]:
             raise ValueError(f"the Python tool's sandbox is weaker than planned here ({line}); "

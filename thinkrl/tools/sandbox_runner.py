@@ -1,5 +1,5 @@
 """The sandbox's last stage (``python -s -S -B -P sandbox_runner.py SCRATCH MEMORY_MB CPU_S FILE_MB
-HOOK MODE --landlock=N``): sets limits and the audit hook, then runs
+HOOK TASKS MODE --landlock=N``): sets limits and the audit hook, then runs
 SCRATCH/main.py (MODE ``run``), or prints what isolates it as one JSON line
 (MODE ``report``: the layers thinkrl states at start). Not imported by
 thinkrl; `thinkrl.tools.sandbox` starts it, inside the jail of
@@ -7,7 +7,8 @@ thinkrl; `thinkrl.tools.sandbox` starts it, inside the jail of
 
 The kernel holds the boundary (namespaces, seccomp, Landlock). This stage
 adds:
-- memory, CPU time, file size, core and process limits;
+- memory, CPU time, file size, thread, open file, message queue, locked
+  memory and core limits;
 - an audit hook (HOOK 1) that turns the usual attempts (sockets, new
   processes, ctypes, frame and garbage-collector introspection, files outside
   the scratch folder) into a clear PermissionError for the model. It is a
@@ -42,12 +43,17 @@ _PATH_EVENTS = ("os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "o
                 "sqlite3.connect")
 
 
-def limit(memory_mb: int, cpu_s: int, file_mb: int) -> None:
+def limit(memory_mb: int, cpu_s: int, file_mb: int, tasks: int) -> None:
     memory = memory_mb * 2 ** 20
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
     resource.setrlimit(resource.RLIMIT_FSIZE, (file_mb * 2 ** 20, file_mb * 2 ** 20))
-    resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))  # the seccomp filter refuses fork anyway
+    # Threads (the seccomp filter refuses new processes); the kernel exempts a
+    # root host uid, which the call's cgroup (pids.max) then holds.
+    resource.setrlimit(resource.RLIMIT_NPROC, (tasks, tasks))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+    resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_MEMLOCK, (0, 0))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a too-large write raises instead of killing
 
@@ -118,13 +124,13 @@ def _interfaces() -> list[str]:
 def main() -> None:
     args = sys.argv[1:]
     landlock_abi = int(args.pop()[len("--landlock="):]) if args[-1].startswith("--landlock=") else 0
-    scratch, memory_mb, cpu_s, file_mb, hook_on, mode = args[0], *map(int, args[1:5]), args[5]
+    scratch, memory_mb, cpu_s, file_mb, hook_on, tasks, mode = args[0], *map(int, args[1:6]), args[6]
     if mode == "report":
         print(json.dumps(layers(landlock_abi)))
         return
     with open(os.path.join(scratch, "main.py")) as f:
         code = f.read()
-    limit(memory_mb, cpu_s, file_mb)
+    limit(memory_mb, cpu_s, file_mb, tasks)
     os.chdir(scratch)
     sys.path[:] = [p for p in sys.path if p and not p.startswith(scratch)]
     compiled = compile(code, "main.py", "exec")
