@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 
 from thinkrl.config.schema import Config
+from thinkrl.config.verl_async import apply_verl_async_aliases
 from thinkrl.config.values import (INTERPOLATION, INVALID, coerce, has_interpolation,
                                    is_dataclass_type, is_dict_type, type_text)
 
@@ -53,6 +54,7 @@ def load_config(recipe: str | Path | None = None, overrides: Sequence[str] = ())
         _apply_override(cfg, override)
     for key in flatten_keys(cfg):
         _resolve_key(cfg, key, ())
+    apply_verl_async_aliases(cfg)
     return cfg
 
 

@@ -17,6 +17,7 @@ from thinkrl.config.schema_roles import (  # noqa: F401
     ActorConfig, ActorRolloutRefConfig, FSDPConfig, ModelConfig, ModelLoraConfig, OptimConfig, PolicyLossConfig,
     RefConfig, RolloutConfig, SamplingConfig)
 from thinkrl.config.schema_async import AsyncTrainingConfig  # noqa: F401
+from thinkrl.config.schema_verl_async import FullyAsyncRolloutConfig  # noqa: F401
 from thinkrl.config.schema_critic import (  # noqa: F401
     CriticConfig, CriticModelConfig, CriticOptimConfig)
 
@@ -319,3 +320,5 @@ class Config:
     """The value model of PPO with a critic (``algorithm.adv_estimator=gae``)."""
     async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
     """Rollout on its own process, overlapping the update (verl's async recipes)."""
+    rollout: FullyAsyncRolloutConfig = field(default_factory=FullyAsyncRolloutConfig)
+    """verl's fully-async top-level ``rollout.*``: aliases of thinkrl's keys."""

@@ -54,6 +54,9 @@ class AsyncTrainingConfig:
     rollout_threads: int = 0
     """thinkrl, CPU: torch threads of the rollout process; 0: half of the
     threads this process would use alone."""
+    use_rollout_log_probs: bool | None = None
+    """verl's fully-async recipe: ``actor_rollout_ref.actor.use_rollout_log_probs``
+    (pi_old is the rollout's log-probs); None: not given."""
     trainer_threads: int = 0
     """thinkrl, CPU: torch threads of the trainer in async modes; 0: those the
     rollout process leaves (more than that oversubscribes the cores, which pays
