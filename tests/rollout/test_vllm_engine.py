@@ -347,3 +347,23 @@ def test_a_sync_that_misses_tensors_stops_the_run_naming_them(asset_cache, tiny_
     finally:
         run.close()
     assert not (tmp_path / "run" / "global_step_1").exists()  # nothing of that policy saved
+
+
+def test_truncated_sampling_at_temperature_one_reports_the_trainers_logprobs(asset_cache, tiny_vllm_model,
+                                                                            tmp_path):
+    """top_p 0.7 and top_k 20: vLLM's processed log-probs would be renormalised
+    over the kept tokens (off by log(kept mass)); at temperature 1 its raw ones
+    are the trainer's distribution, so the gap and the IS ratio stay put."""
+    import json
+
+    from thinkrl.config import load_config
+    from thinkrl.trainer import train
+
+    arr = "actor_rollout_ref"
+    train(load_config("tiny", grpo_overrides(tiny_vllm_model, tmp_path / "run", steps=1) + [
+        f"{arr}.rollout.top_p=0.7", f"{arr}.rollout.top_k=20", f"{arr}.rollout.temperature=1.0",
+        "trainer.save_freq=-1"]), log=lambda *_: None)
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    step = [r for r in records if "rollout/logprob_diff_max" in r][0]
+    assert step["rollout/logprob_diff_max"] < LOGPROB_TOLERANCE
+    assert abs(step["rollout_is/mean"] - 1.0) < 1e-3

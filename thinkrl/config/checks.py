@@ -182,6 +182,7 @@ def _check_combinations(cfg: Config, bad: Callable[[str, str], None], problems: 
     problems.extend(async_problems(cfg, execution_backend(cfg)))
     problems.extend(multi_turn_problems(cfg))
     problems.extend(lora_problems(cfg))
+    _check_truncated_logprobs(cfg, bad)
     pixels = (cfg.data.min_pixels, cfg.data.max_pixels)
     if any(p is not None and p < 28 * 28 for p in pixels):  # one merged patch of 28 x 28
         bad("data.min_pixels" if pixels[0] is not None and pixels[0] < 784 else "data.max_pixels",
@@ -197,6 +198,32 @@ def _check_combinations(cfg: Config, bad: Callable[[str, str], None], problems: 
         bad(f"{ARR}.rollout.tensor_model_parallel_size",
             f"must divide the device count {world} (trainer.n_gpus_per_node x trainer.nnodes); "
             f"use one of {', '.join(map(str, divisors(world)))}")
+
+
+def truncates(rollout) -> bool:
+    """Whether the training rollout samples from a truncated distribution."""
+    return rollout.top_p < 1 or rollout.top_k > 0 or rollout.min_p > 0
+
+
+def _check_truncated_logprobs(cfg: Config, bad: Callable[[str, str], None]) -> None:
+    """vLLM's log-probs of a truncated, tempered distribution are not the
+    trainer's; refused where they enter the update (see accept_truncated_logprobs)."""
+    arr = cfg.actor_rollout_ref
+    rollout = arr.rollout
+    if rollout.name != "vllm" or not truncates(rollout) or rollout.temperature == 1 \
+            or rollout.accept_truncated_logprobs:
+        return
+    uses = [key for key, on in (("algorithm.rollout_is=True", cfg.algorithm.rollout_is),
+                                (f"{ARR}.actor.use_rollout_log_probs=True", arr.actor.use_rollout_log_probs),
+                                (f"async_training.mode={cfg.async_training.mode}",
+                                 cfg.async_training.mode != "off")) if on]
+    if uses:
+        bad(f"{ARR}.rollout.temperature",
+            f"with top_p={rollout.top_p}, top_k={rollout.top_k}, min_p={rollout.min_p}, vLLM reports "
+            "log-probs renormalised over the kept tokens while the trainer's are over all of them, and "
+            f"{uses[0]} puts their ratio (off by log(kept mass)) into the update; set temperature=1 "
+            "(vLLM then reports the untruncated log-probs), or top_p=1, top_k=-1, min_p=0, or accept "
+            f"the bias with {ARR}.rollout.accept_truncated_logprobs=True")
 
 
 def execution_backend(cfg: Config) -> str:

@@ -260,6 +260,13 @@ class RolloutConfig:
     """Responses per prompt (GRPO group size; must be >= 2 for GRPO)."""
     min_p: float = 0.0
     """Drop tokens less likely than ``min_p`` times the most likely one (vLLM's min_p); 0 keeps all."""
+    accept_truncated_logprobs: bool = False
+    """thinkrl: with vLLM, top_p / top_k / min_p and a temperature other than 1,
+    vLLM's log-probs are of the truncated distribution (renormalised over the
+    kept tokens) while the trainer's are not, so their ratio carries
+    log(kept mass); rollout_is, use_rollout_log_probs and async training are
+    refused then unless this is True (the bias accepted). At temperature 1
+    vLLM is asked for its raw log-probs, which are the trainer's distribution."""
     do_sample: bool = True
     """Sample (True) or decode greedily (False)."""
     prompt_length: int | None = None

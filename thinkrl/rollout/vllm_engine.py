@@ -12,9 +12,12 @@ user may see:
 - Randomness: every prompt gets its own seed drawn from this engine's
   generator (its state is what checkpoints keep), so a batch's samples do
   not depend on how vLLM schedules it, and a resumed run draws the same.
-- Log-probs are vLLM's "processed" ones: of the distribution it sampled
-  from, after temperature (and after top-k/top-p, renormalised over the
-  kept tokens, where `native` reports the unfiltered tempered ones).
+- Log-probs are of softmax(logits / temperature) over the whole vocabulary,
+  as the trainer's and `native`'s (`logprobs_mode`): vLLM's "processed"
+  ones, or its "raw" ones when top-k/top-p/min_p truncate at temperature 1.
+  Truncation at another temperature leaves them renormalised over the kept
+  tokens (off by log(kept mass)); refused where they enter the update unless
+  `rollout.accept_truncated_logprobs`.
 - LoRA (`vllm_lora`): the engine serves the policy's adapter itself, sent
   alone after each update, or holds the base with it merged in.
 - Sleep mode (`rollout.free_cache_engine`, CUDA only): after each rollout
@@ -34,6 +37,7 @@ from typing import Callable, Iterable
 import torch
 from torch import Tensor
 
+from thinkrl.config.checks import truncates
 from thinkrl.errors import SetupError
 from thinkrl.parallel.device import compute_dtype, empty_cache
 from thinkrl.records import PromptBatch, Rollouts
@@ -71,8 +75,7 @@ def engine_arguments(cfg, *, model_path: str, max_model_len: int, seed: int,
         enable_chunked_prefill=rollout.enable_chunked_prefill and device_kind != "cpu",
         disable_log_stats=rollout.disable_log_stats,
         enable_sleep_mode=sleeps(cfg, device_kind),
-        # The log-prob of each sampled token under the distribution sampled from.
-        logprobs_mode="processed_logprobs")
+        logprobs_mode=logprobs_mode(rollout))
     if in_process_group and rollout.tensor_model_parallel_size > 1:
         # Each rank is one tensor-parallel worker of its engine, in the process
         # group the workers already share (vLLM splits it into engines of TP
@@ -84,6 +87,18 @@ def engine_arguments(cfg, *, model_path: str, max_model_len: int, seed: int,
         args.update(engine_lora_arguments(lora_rank))
     args.update(dict(rollout.engine_kwargs.get("vllm") or {}))
     return args
+
+
+def logprobs_mode(rollout) -> str:
+    """Which log-probs vLLM reports, chosen so that they are the trainer's
+    distribution, softmax(logits / temperature) over the whole vocabulary:
+    "processed" (after temperature) when the rollout does not truncate; when
+    it does (top_p, top_k, min_p), "processed" would be renormalised over the
+    kept tokens, so at temperature 1 "raw" (before any processing, which is
+    then the same distribution). Truncation at another temperature keeps
+    "processed", off by log(kept mass): refused where it enters the update
+    unless rollout.accept_truncated_logprobs (`config.checks`)."""
+    return "raw_logprobs" if truncates(rollout) and rollout.temperature == 1 else "processed_logprobs"
 
 
 def engine_dtype(cfg, device_kind: str) -> str:
