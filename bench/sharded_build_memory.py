@@ -49,7 +49,7 @@ def _rank(rank: int, store: str, folder: str, way: str, out) -> None:
         model = load_causal_lm(folder, dtype=torch.float32, device=cpu)
         shard(model)
     else:
-        model = fsdp.build_model(lambda: load_causal_lm(folder, dtype=torch.float32, device=cpu),
+        model = fsdp.build_model(lambda on: load_causal_lm(folder, dtype=torch.float32, device=on),
                                  lambda: causal_lm_skeleton(folder, dtype=torch.float32),
                                  prepare=lambda _: None, shard=shard, device=cpu)
     seconds = time.perf_counter() - start

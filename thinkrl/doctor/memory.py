@@ -46,10 +46,14 @@ fp32 terms divided by the devices FSDP shards over: 1 on the local backend):
     weight sync  B            vLLM: one bucket of whole tensors on its way into the
                               engine (rollout.update_weights_bucket_megabytes, at least
                               the largest tensor, c V h)
+    build        4 V h        sharded runs: rank 0 reads the model into host memory and
+                              every device receives its shards one whole fp32 tensor at a
+                              time (the largest, the embedding), never the whole model
 
     peak = weights + AdamW + reference + critic
            + max(gradients + activations, critic update) (+ vLLM share, awake)
            | KV cache + gathered weights + vLLM share + weight sync (the rollout)
+           | build
 
 The rollout and the two updates never overlap, so the largest phase counts.
 It is a planning estimate (within tens of percent), not a measurement.
@@ -106,6 +110,8 @@ FIXES = {
                   f"{_ARR}.rollout.free_cache_engine=True (sleep mode frees the share during "
                   f"the updates), or raise {_ARR}.rollout.tensor_model_parallel_size",
     "weight sync": f"lower {_ARR}.rollout.update_weights_bucket_megabytes",
+    "build": "the sharded build holds one whole fp32 tensor (the embedding) beside the shards; "
+             "spread the model over more devices (trainer.n_gpus_per_node, trainer.nnodes)",
 }
 
 
@@ -134,6 +140,9 @@ class MemoryEstimate:
     """No sleep mode: vLLM's share stays reserved during the updates."""
     weight_sync: int = 0
     """One bucket of whole tensors on its way into vLLM."""
+    build: int = 0
+    """The sharded build: one whole fp32 tensor in flight from rank 0's host
+    copy (the largest: the embedding), beside the shards already placed."""
 
     @property
     def resident(self) -> int:
@@ -147,7 +156,8 @@ class MemoryEstimate:
         awake = self.vllm_share if self.vllm_awake_in_training else 0
         return {"update": self.gradients + self.activations + awake,
                 "critic update": self.critic_update + awake,
-                "rollout": self.kv_cache + self.gathered_weights + self.vllm_share + self.weight_sync}
+                "rollout": self.kv_cache + self.gathered_weights + self.vllm_share + self.weight_sync,
+                "build": self.build}
 
     @property
     def peak(self) -> int:
@@ -158,7 +168,7 @@ class MemoryEstimate:
                 "reference": self.reference, "critic": self.critic, "activations": self.activations,
                 "critic update": self.critic_update, "KV cache": self.kv_cache,
                 "gathered weights": self.gathered_weights, "vLLM share": self.vllm_share,
-                "weight sync": self.weight_sync}
+                "weight sync": self.weight_sync, "build": self.build}
 
 
 def estimate_memory(ctx: DoctorContext, *, capacity: int | None = None) -> MemoryEstimate:
@@ -227,7 +237,9 @@ def estimate_memory(ctx: DoctorContext, *, capacity: int | None = None) -> Memor
         # kept in the compute dtype on accelerators (fp32 on a CPU)
         reference=ref_on_device * ((4 if not accelerator else c) * params // shards) if with_ref else 0,
         activations=activations, kv_cache=int(kv), sequences=seqs,
-        critic=critic, critic_update=critic_update)
+        critic=critic, critic_update=critic_update,
+        # rank 0 reads into host memory; a device gets its shards, one tensor at a time
+        build=4 * vocab * h if shards > 1 else 0)
     if arr.rollout.name == "native":
         return replace(estimate, gathered_weights=c * params if shards > 1 else 0)
     return replace(estimate, kv_cache=0, **_vllm_terms(ctx, c=c, params=params, hidden=h, vocab=vocab,

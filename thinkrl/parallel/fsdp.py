@@ -68,40 +68,52 @@ def parallelize(model: nn.Module, *, compute_dtype: torch.dtype, param_offload: 
     return model
 
 
-def build_model(load: Callable[[], nn.Module], skeleton: Callable[[], nn.Module], *,
+def build_model(load: Callable[[torch.device], nn.Module], skeleton: Callable[[], nn.Module], *,
                 prepare: Callable[[nn.Module], None], shard: Callable[[nn.Module], None],
                 device: torch.device, param_offload: bool = False) -> nn.Module:
-    """A rank's model: on one process `load()` then `prepare` it. Over several
-    ranks (every rank calls it), only rank 0 reads from disk: rank 0 calls
-    `load()` (the whole model), every other rank `skeleton()` (the same
-    architecture on the meta device: no memory); all ranks `prepare` and
-    `shard` it (FSDP2), the others then allocate their shards (on `device`, or
-    the host with `param_offload`), and rank 0 broadcasts every tensor, each
-    rank keeping its shard (PyTorch's full-state-dict load with
-    `broadcast_from_rank0`). Buffers outside the state dict (rotary tables)
-    are broadcast whole. A node's host memory holds one copy of the model
-    (rank 0's) plus the shards, instead of one copy per rank."""
+    """A rank's model. On one process: `load(device)`, then `prepare` it.
+
+    Over several ranks (every rank calls it), only rank 0 reads from disk, and
+    into host memory: rank 0 calls `load(cpu)` (the whole model, on the host)
+    and keeps its state dict; every rank, rank 0 included, builds `skeleton()`
+    (the same architecture on the meta device: no memory), `prepare`s and
+    `shard`s it (FSDP2) and allocates its own shards (on `device`, or the host
+    with `param_offload`). Rank 0 then broadcasts every tensor from its host
+    copy, one at a time, each rank keeping its shard (PyTorch's
+    full-state-dict load with `broadcast_from_rank0`), and the host copy is
+    dropped. Buffers outside the state dict (rotary tables) are broadcast
+    whole. A device holds its rank's shards plus one tensor in flight, never
+    the whole model; a node's host memory holds one copy (rank 0's) during
+    the build, instead of one per rank (torchtitan's and torchtune's way)."""
     import torch.distributed as dist
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
     if not dist.is_initialized() or dist.get_world_size() == 1:
-        model = load()
+        model = load(device)
         prepare(model)
         return model
-    first = dist.get_rank() == 0
-    model = load() if first else skeleton()
-    state = model.state_dict()
-    saved = set(state)
-    full = dict(state) if first else {}  # rank 0's whole tensors, held past sharding
+    host = torch.device("cpu")
+    full: dict[str, torch.Tensor] = {}
+    computed: dict[str, torch.Tensor] = {}  # rank 0's buffers outside the state dict
+    if dist.get_rank() == 0:
+        loaded = load(host)
+        full = loaded.state_dict()
+        computed = {name: b for name, b in loaded.named_buffers() if name not in full}
+        del loaded  # its tensors live on in `full` until the broadcast is done
+    model = skeleton()
+    saved = set(model.state_dict())
     prepare(model)
     shard(model)
-    if not first:
-        model.to_empty(device=torch.device("cpu") if param_offload else device)
+    model.to_empty(device=host if param_offload else device)
     for name, buffer in model.named_buffers():
         if name not in saved:  # not persistent: computed at init, garbage after to_empty
+            if name in computed:
+                buffer.copy_(computed[name])
             dist.broadcast(buffer, src=0)
     set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True,
                                                                broadcast_from_rank0=True))
+    full.clear()
+    computed.clear()
     return model
 
 

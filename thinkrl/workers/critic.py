@@ -143,11 +143,11 @@ def build_critic(spec, *, device: torch.device, autocast: Callable[[], ContextMa
             getattr(model, head).requires_grad_(True)
         return model
 
-    def load() -> torch.nn.Module:
-        return with_lora(load_value_model(path, device=device, seed=cfg.trainer.seed, **options))
+    def load(on: torch.device) -> torch.nn.Module:
+        return with_lora(load_value_model(path, device=on, seed=cfg.trainer.seed, **options))
 
-    # Over several ranks rank 0 reads the weights (and draws the fresh head), the others
-    # receive their shards.
+    # Over several ranks rank 0 reads the weights into host memory (and draws the fresh
+    # head); every rank builds the skeleton and receives its shards from rank 0's copy.
     model = fsdp.build_model(
         load, lambda: with_lora(value_model_skeleton(path, **options)),
         prepare=lambda m: check_model_fits(m, spec.tokenizer_size, spec.sizes, model_path=path),
@@ -155,4 +155,4 @@ def build_critic(spec, *, device: torch.device, autocast: Callable[[], ContextMa
         device=device, param_offload=param_offload)
     return CriticWorker(model, critic, spec.sizes.critic, total_steps=spec.total_steps,
                         response_length=spec.sizes.response_length,
-                        autocast=autocast, device=device, lora=held[0] if held else None, base_model=path)
+                        autocast=autocast, device=device, lora=held[-1] if held else None, base_model=path)

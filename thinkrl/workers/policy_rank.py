@@ -207,9 +207,10 @@ class PolicyRank:
         """The policy's architecture and initial weights (the actor's float32
         master weights, or the reference's) on this rank, in `weights_dtype`,
         computing in `dtype`: whole on one rank; sharded over several, read
-        from disk by rank 0 alone and broadcast into the shards. With `lora`,
-        the adapters are attached before sharding (rank 0's initial or saved
-        adapter is broadcast with the base) and the handle kept in self.lora."""
+        from disk by rank 0 alone, into host memory, and broadcast into the
+        shards (`fsdp.build_model`). With `lora`, the adapters are attached
+        before sharding (rank 0's initial or saved adapter is broadcast with the
+        base) and the handle of the model built kept in self.lora."""
         spec, model_cfg = self.spec, self.spec.cfg.actor_rollout_ref.model
         options = dict(trust_remote_code=model_cfg.trust_remote_code,
                        override_config=model_cfg.override_config,
@@ -226,8 +227,8 @@ class PolicyRank:
                     load_adapter_weights(self.lora, lora.adapter_path)
             return model
 
-        def load() -> torch.nn.Module:
-            return with_lora(load_causal_lm(spec.model_path, dtype=weights_dtype, device=self.device,
+        def load(device: torch.device) -> torch.nn.Module:
+            return with_lora(load_causal_lm(spec.model_path, dtype=weights_dtype, device=device,
                                             **options), read_adapter=True)
 
         def shard(model: torch.nn.Module) -> None:
