@@ -42,8 +42,18 @@ def test_truncation_at_another_temperature_is_refused_where_vllms_logprobs_enter
 
 
 @pytest.mark.slow
-def test_native_truncated_sampling_keeps_the_gap_at_float_tolerance(asset_cache, tiny_model_dir, tmp_path):
+def test_native_truncated_sampling_keeps_the_gap_at_float_tolerance(asset_cache, tiny_model_dir, tmp_path,
+                                                                    monkeypatch):
+    import thinkrl.trainer
     from thinkrl.trainer import train
+
+    batches = []
+    real_update = thinkrl.trainer.update_actor
+
+    def update(actor, engine, batch, **kwargs):  # what reaches the actor
+        batches.append(batch)
+        return real_update(actor, engine, batch, **kwargs)
+    monkeypatch.setattr(thinkrl.trainer, "update_actor", update)
 
     run_dir = tmp_path / "run"
     train(load_config(recipe_path("tiny"), [
@@ -56,6 +66,8 @@ def test_native_truncated_sampling_keeps_the_gap_at_float_tolerance(asset_cache,
         "trainer.progress_bar=False", "trainer.logger=[]"]), log=lambda *_: None)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
     assert len(records) == 2
+    for batch in batches:  # rollout_is's weights ride with the batch into every loss
+        assert batch.rollout_is_weights is not None and batch.rollout_is_weights.shape == batch.advantages.shape
     for r in records:
         assert r["rollout/logprob_diff_max"] < 1e-4
         assert abs(r["rollout_is/mean"] - 1) < 1e-4 and abs(r["rollout_is/max"] - 1) < 1e-3

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -270,3 +271,43 @@ def test_a_timed_out_call_leaves_no_zombie_to_a_subreaper():
     killed call orphans; the sandbox's PID 1 is killed first, so bwrap reaps it."""
     done = subprocess.run([sys.executable, "-c", SUBREAPER], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "ZOMBIES 0" in done.stdout, (done.stdout, done.stderr[-2000:])
+
+
+SYSTEM_PYTHON = next((p for p in ("/usr/bin/python3.11", "/usr/bin/python3") if os.path.isfile(p)), None)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or SYSTEM_PYTHON is None or shutil.which("setpriv") is None,
+                    reason="needs root, a world-readable system Python and setpriv")
+def test_where_it_can_the_host_sees_the_code_as_nobody_inside_the_calls_cgroup(monkeypatch):
+    """The trainer is root and the interpreter is readable by uid 65534: setpriv
+    drops to it after the call's cgroup is entered (root's right), so threads
+    still work and are capped, and the uid map says 65534 outside too."""
+    from thinkrl.tools import jail, sandbox
+
+    plan = dataclasses.replace(jail.jail_plan(), python=SYSTEM_PYTHON, read_only=("/usr",),
+                               host_uid=jail.SANDBOX_UID, setpriv=shutil.which("setpriv"))
+    monkeypatch.setattr(sandbox, "jail_plan", lambda: plan)
+    seen = []
+
+    def host_uids():  # the runner's real uids as the host sees them, while the code sleeps
+        time.sleep(0.6)
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if b"/sandbox/sandbox_runner.py" not in f.read():
+                        continue
+                with open(f"/proc/{pid}/status") as f:
+                    seen.extend(line.split()[1] for line in f if line.startswith("Uid:"))
+            except OSError:  # gone meanwhile
+                pass
+    watcher = threading.Thread(target=host_uids)
+    watcher.start()
+    assert run_python("import time\ntime.sleep(1.2)\nprint('slept')", HOOK_ON).text() == "slept\n"
+    watcher.join()
+    assert seen and set(seen) == {"65534"}, seen  # bwrap and the runner: nobody on the host
+    assert run_python("import threading\nt = threading.Thread(target=print, args=(7,))\nt.start()\nt.join()",
+                      HOOK_ON).text() == "7\n"
+    if cgroup_plan()[0] is not None:
+        code = ("import threading\nthreading.stack_size(32768)\nev = threading.Event()\n"
+                "for i in range(500):\n    threading.Thread(target=ev.wait, daemon=True).start()\nprint('ESCAPED')")
+        assert "can't start new thread" in _attack(code, HOOK_ON)

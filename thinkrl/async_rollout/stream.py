@@ -135,7 +135,7 @@ class StreamEngine:
         spec = lean_spec(engine.model)
         if spec is None:
             raise ValueError("async_training.streaming: continuous batching covers plain "
-                             "Llama/Qwen2/Mistral decoders; this model is not one. Set "
+                             "Llama/Qwen2/Qwen3/Mistral decoders; this model is not one. Set "
                              "async_training.streaming=False")
         self.engine, self.loader, self.params, self.schedule = engine, loader, params, schedule
         self.n, self.partial, self.before_apply = params.n, partial, before_apply

@@ -47,7 +47,7 @@ class AsyncTrainingConfig:
     ``rollout.max_num_seqs``, at most one batch's responses. Weights are
     applied at fixed points of the stream (after batch m, those of the sync
     at or before step m + 1 - window), so a seeded run repeats exactly.
-    Needs a plain Llama/Qwen2/Mistral decoder."""
+    Needs a plain Llama/Qwen2/Qwen3/Mistral decoder."""
     partial_chunk_tokens: int = 64
     """thinkrl: tokens decoded between two looks for a weight sync when
     ``partial_rollout`` is on."""

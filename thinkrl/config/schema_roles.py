@@ -84,7 +84,7 @@ class ModelConfig:
     """Allow model code shipped with the checkpoint to run."""
     use_remove_padding: bool = False
     """verl's key; in thinkrl the reference, old-log-prob and update forwards of a
-    Llama/Qwen2 model compute each distinct prompt once (its G responses attend
+    Llama/Qwen2/Qwen3 model compute each distinct prompt once (its G responses attend
     to it) and skip response columns that are padding in every row of a micro-batch.
     Same math as the padded forward up to float32 rounding; other models ignore it."""
     enable_gradient_checkpointing: bool = False

@@ -7,6 +7,8 @@ at column P - 1 + t, so only the last R + 1 positions' logits are computed.
 
 from __future__ import annotations
 
+import logging
+
 import contextlib
 import functools
 import inspect
@@ -71,6 +73,8 @@ def response_logprobs(model: torch.nn.Module, input_ids: Tensor, attention_mask:
     With `fused_head` too (model.use_fused_kernels) that pass never holds
     more than a chunk of tokens' logits (`thinkrl.models.fused_head`)."""
     spec = lean_spec(model) if remove_padding and model_inputs is None else None
+    if remove_padding and spec is None:
+        _say_padded_once(model, images=model_inputs is not None)
     if spec is not None:  # one forward of the root module (embedding, final norm, head)
         shared = as_forward(model, "thinkrl_shared_prompt_logprobs", _shared_prompt_logprobs)
         return shared(spec, input_ids, attention_mask, position_ids,
@@ -83,6 +87,24 @@ def response_logprobs(model: torch.nn.Module, input_ids: Tensor, attention_mask:
     logits = logits[:, :-1, :]  # [N, R, V]
     return _logprobs_and_entropy(logits, input_ids[:, -response_length:], temperature=temperature,
                                  with_entropy=with_entropy, entropy_grad=entropy_grad)
+
+
+_SAID: set[str] = set()
+
+
+def _say_padded_once(model: torch.nn.Module, *, images: bool) -> None:
+    """model.use_remove_padding=True on a model the shared-prompt pass does not
+    compute: it takes the padded forward, said once per architecture."""
+    kind = getattr(getattr(model, "config", None), "model_type", type(model).__name__)
+    if kind in _SAID:
+        return
+    _SAID.add(kind)
+    what = ("rows with images take" if images else
+            f"{kind} models take (the pass computes llama, qwen2, mistral and qwen3 decoders with "
+            "default RoPE, SiLU, full attention and plain or LoRA projections)")
+    logging.getLogger("thinkrl").warning(
+        "actor_rollout_ref.model.use_remove_padding=True: %s the padded forward, not the shared-prompt "
+        "pass", what)
 
 
 def _logprobs_and_entropy(logits: Tensor, labels: Tensor, *, temperature: float,

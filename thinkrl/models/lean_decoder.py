@@ -39,7 +39,9 @@ from thinkrl.models.lora import merged_weight
 
 # model_type values whose decoder layer is exactly: RMSNorm -> attention with
 # RoPE (q/k/v biases optional) -> residual -> RMSNorm -> SiLU-gated MLP -> residual.
-_PLAIN_DECODERS = ("llama", "qwen2", "mistral")
+# Qwen3 adds an RMSNorm over each head's queries and keys before RoPE (q_norm, k_norm).
+_PLAIN_DECODERS = ("llama", "qwen2", "mistral", "qwen3")
+_QK_NORM_DECODERS = ("qwen3",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +54,8 @@ class LeanSpec:
     head_dim: int
     eps: float
     rope_theta: float
+    qk_norm: bool = False
+    """Qwen3: each head's queries and keys pass an RMSNorm (self_attn.q_norm, k_norm) before RoPE."""
 
 
 def lean_spec(model: torch.nn.Module) -> LeanSpec | None:
@@ -79,10 +83,14 @@ def lean_spec(model: torch.nn.Module) -> LeanSpec | None:
         return None
     if not all(_plain_layer(layer) for layer in inner.layers):
         return None
+    qk_norm = cfg.model_type in _QK_NORM_DECODERS
+    if qk_norm and not all(hasattr(layer.self_attn, "q_norm") and hasattr(layer.self_attn, "k_norm")
+                           for layer in inner.layers):
+        return None
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     return LeanSpec(model=model, heads=cfg.num_attention_heads,
                     kv_heads=cfg.num_key_value_heads, head_dim=head_dim,
-                    eps=cfg.rms_norm_eps, rope_theta=float(theta))
+                    eps=cfg.rms_norm_eps, rope_theta=float(theta), qk_norm=qk_norm)
 
 
 def _plain_layer(layer: torch.nn.Module) -> bool:
@@ -322,8 +330,13 @@ def project_qkv(spec: LeanSpec, layer: torch.nn.Module, fused: FusedWeights, h: 
     x = _rms_norm(h, layer.input_layernorm, spec.eps)
     qkv = _linear(x, fused.qkv, fused.qkv_bias)  # [N, S, (H + 2K) D]
     qk, v = qkv.split((q_size + kv_size, kv_size), dim=-1)
+    qk = qk.view(n, s, spec.heads + spec.kv_heads, spec.head_dim)
+    if spec.qk_norm:  # Qwen3: per-head RMSNorm of queries and keys, before RoPE
+        q, k = qk.split((spec.heads, spec.kv_heads), dim=2)
+        qk = torch.cat((_rms_norm(q, layer.self_attn.q_norm, spec.eps),
+                        _rms_norm(k, layer.self_attn.k_norm, spec.eps)), dim=2)
     # Queries and keys rotate by the same angles: one pass over both (half the small ops).
-    qk = _rotate(qk.view(n, s, spec.heads + spec.kv_heads, spec.head_dim), cos, sin)
+    qk = _rotate(qk, cos, sin)
     q, k = qk.split((spec.heads, spec.kv_heads), dim=2)
     v = v.view(n, s, spec.kv_heads, spec.head_dim).transpose(1, 2)
     return q.transpose(1, 2), k.transpose(1, 2), v

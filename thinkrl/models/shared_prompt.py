@@ -11,7 +11,7 @@ n = 8) this removes most prompt FLOPs.
 Same numbers as the padded forward up to float32 rounding: every real
 position attends to exactly the same keys. Sharded (FSDP2) models too: each
 layer runs as a forward of its module (`thinkrl.parallel.fsdp.as_forward`).
-Plain Llama/Qwen2 decoders only
+Plain Llama/Qwen2/Qwen3 decoders only
 (`thinkrl.models.lean_decoder`); the caller falls back to the model's own
 forward otherwise.
 

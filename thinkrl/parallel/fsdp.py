@@ -107,7 +107,10 @@ def build_model(load: Callable[[torch.device], nn.Module], skeleton: Callable[[]
     model.to_empty(device=host if param_offload else device)
     for name, buffer in model.named_buffers():
         if name not in saved:  # not persistent: computed at init, garbage after to_empty
-            if name in computed:
+            if dist.get_rank() == 0:
+                if name not in computed:
+                    raise RuntimeError(f"the loaded model has no buffer {name} that its skeleton has: "
+                                       "the skeleton and the loader build different architectures")
                 buffer.copy_(computed[name])
             dist.broadcast(buffer, src=0)
     set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True,

@@ -1,4 +1,4 @@
-"""Continuous batching for plain causal decoders (Llama/Qwen2): a key/value
+"""Continuous batching for plain causal decoders (Llama/Qwen2/Qwen3): a key/value
 cache of fixed slots, each holding one sequence at its own length.
 
 `thinkrl.rollout.fast_decode` decodes one batch from start to end: rows that

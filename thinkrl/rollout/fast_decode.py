@@ -1,4 +1,4 @@
-"""The native engine's fast decode loop for plain causal decoders (Llama/Qwen2).
+"""The native engine's fast decode loop for plain causal decoders (Llama/Qwen2/Qwen3).
 
 Same samples as the padded loop in `thinkrl.rollout.native` (same tokens
 under the same generator; log-probs equal up to float32 rounding), less work:

@@ -8,7 +8,7 @@ padding, explicit position ids), then decode one token per step for every
 unfinished row, reusing the model's KV cache. A row finishes at EOS (unless
 `ignore_eos`) or at `max_tokens`.
 
-Plain Llama/Qwen2 decoders on one process take `thinkrl.rollout.fast_decode`
+Plain Llama/Qwen2/Qwen3 decoders on one process take `thinkrl.rollout.fast_decode`
 instead (a prompt prefilled once for its G samples, a preallocated cache,
 finished rows leaving the batch): the same tokens under the same generator.
 Every other model (remote code, vision-language, FSDP-sharded) takes the

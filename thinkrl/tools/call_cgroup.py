@@ -43,16 +43,23 @@ class CallCgroup:
     def __init__(self, plan: CgroupPlan, *, memory_bytes: int, tasks: int) -> None:
         name = f"thinkrl-sandbox-{secrets.token_hex(6)}"
         self.folders = list(dict.fromkeys([plan.memory / name, plan.pids / name]))
-        for folder in self.folders:
-            folder.mkdir()
+        made = []
         try:
+            for folder in self.folders:
+                folder.mkdir()
+                made.append(folder)
             if plan.version == 2:
                 _write(self.folders[0] / "memory.max", memory_bytes)
                 _write(self.folders[0] / "memory.swap.max", 0, missing_ok=True)
             else:
                 _write(self.folders[0] / "memory.limit_in_bytes", memory_bytes)
+                try:  # memory + swap, where swap is accounted
+                    _write(self.folders[0] / "memory.memsw.limit_in_bytes", memory_bytes, missing_ok=True)
+                except OSError:
+                    pass
             _write(self.folders[-1] / "pids.max", tasks)
         except OSError:
+            self.folders = made
             self.close()
             raise
 

@@ -24,8 +24,8 @@ A call runs as::
   (ABI 6) no signal to a process outside the sandbox.
 - ``no_new_privs`` (bwrap and Landlock both set it).
 - Where the trainer runs as root and uid 65534 can reach the Python
-  installation, bwrap itself runs as uid 65534, so even the host sees the
-  code as ``nobody``; elsewhere the host sees the trainer's uid, mapped to
+  installation, bwrap itself runs as uid 65534 (setpriv drops to it after
+  the call's cgroup is entered), so even the host sees the code as ``nobody``; elsewhere the host sees the trainer's uid, mapped to
   65534 inside the namespace (which is stated at start).
 """
 
@@ -121,11 +121,17 @@ class JailPlan:
     """Why a kernel layer cannot be had here, one line each."""
     notes: tuple[str, ...] = field(default=())
     """What is weaker than it could be here (stated at start)."""
+    setpriv: str | None = None
+    """util-linux's setpriv, which drops to `host_uid` before bwrap starts."""
 
     def argv(self, *, scratch_mb: int, code_fd: int, seccomp_fd: int, info_fd: int,
              command: list[str]) -> list[str]:
-        """bwrap's command line for one call; `command` runs inside."""
-        args = [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns",
+        """bwrap's command line for one call; `command` runs inside. With a
+        host uid of its own, setpriv drops to it first (after the call's cgroup
+        is entered, which needs the trainer's rights)."""
+        drop = [] if self.host_uid is None else [
+            self.setpriv, f"--reuid={self.host_uid}", f"--regid={self.host_uid}", "--clear-groups", "--"]
+        args = [*drop, self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns",
                 "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox",
                 "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv"]
         for path in self.read_only:
@@ -157,7 +163,9 @@ def sandbox_environment(scratch: str) -> dict[str, str]:
 def jail_plan() -> JailPlan:
     python = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
     prefix = os.path.realpath(sys.base_prefix)
-    read_only = tuple(dict.fromkeys(p for p in ("/usr", prefix) if os.path.isdir(p)))
+    # /usr, the installation, and the /lib* folders that are folders (not links into /usr)
+    system = [p for p in ("/lib", "/lib64", "/lib32", "/libx32") if os.path.isdir(p) and not os.path.islink(p)]
+    read_only = tuple(dict.fromkeys(p for p in ("/usr", *system, prefix) if os.path.isdir(p)))
     missing, notes = [], []
     bwrap = _find_bwrap()
     if bwrap is None:
@@ -169,8 +177,11 @@ def jail_plan() -> JailPlan:
         seccomp = None
         missing.append(f"no seccomp filter ({type(err).__name__}: {err}): install the sandbox extra "
                        "(pyseccomp) and libseccomp (Debian/Ubuntu: libseccomp2)")
-    host_uid = None
-    if os.geteuid() == 0:
+    host_uid, setpriv = None, shutil.which("setpriv")
+    if os.geteuid() == 0 and setpriv is None:
+        notes.append(f"the host sees the code as uid 0, mapped to {SANDBOX_UID} inside its user "
+                     "namespace: no setpriv (util-linux) to drop to another uid first")
+    elif os.geteuid() == 0:
         blocked = [p for p in (python, prefix, bwrap, str(LOCK_SCRIPT), str(RUNNER_SCRIPT))
                    if p and not _reachable_by_others(p)]
         if blocked:
@@ -179,7 +190,7 @@ def jail_plan() -> JailPlan:
                          "world-readable to run the code as nobody on the host too)")
         else:
             host_uid = SANDBOX_UID
-    return JailPlan(bwrap=bwrap, seccomp=seccomp, host_uid=host_uid, python=python,
+    return JailPlan(bwrap=bwrap, seccomp=seccomp, host_uid=host_uid, setpriv=setpriv, python=python,
                     read_only=read_only, missing=tuple(missing), notes=tuple(notes))
 
 

@@ -108,7 +108,10 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxRes
                 return SandboxResult("", f"the sandbox could not make the call's cgroup ({err}); the code "
                                      "was not run", time.perf_counter() - start)
             stack.callback(cgroup.close)
-        done = run_contained(launch, wall_s=limits.wall_s, output_chars=limits.output_chars, cgroup=cgroup)
+        try:
+            done = run_contained(launch, wall_s=limits.wall_s, output_chars=limits.output_chars, cgroup=cgroup)
+        except OSError as err:  # the trainer's side: no process or fd could be had
+            return SandboxResult("", f"the sandbox could not start the code ({err})", time.perf_counter() - start)
     return SandboxResult(done.stdout, _error(done.status, done.stderr, done.status is None, limits),
                          time.perf_counter() - start)
 
@@ -118,7 +121,7 @@ def _stages(plan: JailPlan, runner_dir: str, scratch: str, limits: SandboxLimits
     """sandbox_lock (Landlock), which execs sandbox_runner (limits, hook, the code)."""
     runner = [plan.python, "-s", "-S", "-B", "-P", f"{runner_dir}/sandbox_runner.py", scratch,
               str(limits.memory_mb), str(limits.cpu_s), str(limits.file_mb), str(int(limits.audit_hook)),
-              str(limits.tasks), mode]
+              str(limits.tasks if runner_dir == RUNNER_DIR else 0), mode]  # unjailed: the trainer's uid
     return [plan.python, "-s", "-S", "-B", "-P", f"{runner_dir}/sandbox_lock.py", ":".join(read_only),
             ":".join(writable), "--", *runner]
 
@@ -132,11 +135,9 @@ def _jailed(plan: JailPlan, code: str, limits: SandboxLimits, stack, mode: str =
                       [SCRATCH, "/dev/null", "/dev/zero", "/dev/full"], mode)
     argv = plan.argv(scratch_mb=limits.scratch_mb, code_fd=code_fd, seccomp_fd=seccomp_fd,
                      info_fd=info_write, command=command)
-    user = {} if plan.host_uid is None else {"user": plan.host_uid, "group": plan.host_uid,
-                                             "extra_groups": []}
     stack.callback(os.close, info_write)
     return Launch(argv, cwd="/", env=sandbox_environment("/"), pass_fds=(code_fd, seccomp_fd, info_write),
-                  user=user, info_fd=info_read)
+                  info_fd=info_read)
 
 
 def _unjailed(plan: JailPlan, code: str, limits: SandboxLimits, stack, mode: str = "run") -> Launch:
@@ -224,14 +225,17 @@ def sandbox_layers(unsafe: bool = False) -> str:
     limits = SandboxLimits(unsafe_without_kernel_isolation=unsafe)
     with contextlib.ExitStack() as stack:
         launch = (_unjailed if unsafe else _jailed)(plan, "", limits, stack, "report")
-        done = subprocess.run(launch.argv, cwd=launch.cwd, env=launch.env, pass_fds=launch.pass_fds,
-                              capture_output=True, text=True, timeout=30, **launch.user)
+        group, why_not = cgroup_plan()
+        cgroup = None if group is None else stack.enter_context(contextlib.closing(
+            CallCgroup(group, memory_bytes=(limits.memory_mb + _OVERHEAD_MB) * 2 ** 20, tasks=limits.tasks)))
+        argv = launch.argv if cgroup is None else cgroup.wrap(launch.argv)  # as every call enters it
+        done = subprocess.run(argv, cwd=launch.cwd, env=launch.env, pass_fds=launch.pass_fds,
+                              capture_output=True, text=True, timeout=30)
     if done.returncode != 0:
         raise ValueError("the Python tool's sandbox failed to start here: "
                          f"{(done.stderr.strip().splitlines() or ['exit ' + str(done.returncode)])[-1]}"
                          + ("" if unsafe else f" ({UNSAFE_KEY}: true runs code without it, trusted code only)"))
     seen = json.loads(done.stdout)
-    group, why_not = cgroup_plan()
     if unsafe:
         line = ("python tool: UNSAFE, no kernel isolation (unsafe_without_kernel_isolation: true): "
                 f"audit hook, limits, Landlock ABI {seen['landlock_abi'] or 'none'}; code that switches "

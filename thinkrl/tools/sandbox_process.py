@@ -12,7 +12,7 @@ import selectors
 import signal
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from thinkrl.tools.call_cgroup import CallCgroup
 
@@ -29,8 +29,6 @@ class Launch:
     cwd: str
     env: dict[str, str]
     pass_fds: tuple[int, ...] = ()
-    user: dict = field(default_factory=dict)
-    """Popen's user/group/extra_groups (a host uid of its own), or empty."""
     info_fd: int | None = None
     """Read end of bwrap's --info-fd (the sandbox's PID 1, killed first at a time-out)."""
 
@@ -47,18 +45,22 @@ def run_contained(launch: Launch, *, wall_s: float, output_chars: int, cgroup: C
     argv = cgroup.wrap(launch.argv) if cgroup is not None else launch.argv
     process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                cwd=launch.cwd, env=launch.env, pass_fds=launch.pass_fds,
-                               start_new_session=True, **launch.user)
+                               start_new_session=True)
     cap = output_chars * 4  # bytes: up to 4 per character
     head, tail = _Head(cap), _Tail(cap)
-    pidfd = os.pidfd_open(process.pid)
+    pidfd, exited = None, False
     try:
+        pidfd = os.pidfd_open(process.pid)
         exited = _read_until_exit(pidfd, {process.stdout.fileno(): head, process.stderr.fileno(): tail}, wall_s)
     finally:
-        _kill_everything(process, pidfd, launch.info_fd, cgroup)
-        os.close(pidfd)
-    status = process.wait()
-    process.stdout.close()
-    process.stderr.close()
+        try:
+            _kill_everything(process, pidfd, launch.info_fd, cgroup)
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+            status = process.wait()
+            process.stdout.close()
+            process.stderr.close()
     return Finished(status if exited else None, head.text(output_chars), tail.text(output_chars))
 
 
@@ -116,18 +118,18 @@ def _read_until_exit(pidfd: int, sinks: dict, wall_s: float) -> bool:
     return exited_at is not None
 
 
-def _kill_everything(process: subprocess.Popen, pidfd: int, info_fd: int | None,
+def _kill_everything(process: subprocess.Popen, pidfd: int | None, info_fd: int | None,
                      cgroup: CallCgroup | None) -> None:
     """The sandbox's PID 1 first (its namespace dies with it and bwrap, its
     parent, reaps it: no zombie is handed to the host's init), then the
     process group and the call's cgroup. The process itself is reaped only
     after, so its id, which names the group, cannot be reused meanwhile."""
-    running = not select.select([pidfd], [], [], 0)[0]
-    inner = _sandbox_pid(info_fd) if info_fd is not None and running else None
+    inner = _sandbox_pid(info_fd) if info_fd is not None and pidfd is not None and not _exited(pidfd, 0) \
+        else None
     if inner is not None:
         try:
             os.kill(inner, signal.SIGKILL)
-            select.select([pidfd], [], [], 1.0)  # bwrap exits once its child is gone
+            _exited(pidfd, 1.0)  # bwrap exits once its child is gone
         except ProcessLookupError:
             pass
     try:
@@ -136,6 +138,14 @@ def _kill_everything(process: subprocess.Popen, pidfd: int, info_fd: int | None,
         pass
     if cgroup is not None:
         cgroup.kill()
+
+
+def _exited(pidfd: int, timeout_s: float) -> bool:
+    """Whether the process of `pidfd` has exited, waiting up to `timeout_s`
+    (poll, not select: an fd number past 1024 is fine)."""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(int(timeout_s * 1000)))
 
 
 def _sandbox_pid(info_fd: int) -> int | None:

@@ -50,7 +50,8 @@ def limit(memory_mb: int, cpu_s: int, file_mb: int, tasks: int) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (file_mb * 2 ** 20, file_mb * 2 ** 20))
     # Threads (the seccomp filter refuses new processes); the kernel exempts a
     # root host uid, which the call's cgroup (pids.max) then holds.
-    resource.setrlimit(resource.RLIMIT_NPROC, (tasks, tasks))
+    if tasks > 0:  # 0: unjailed, where the count would include the trainer's own threads
+        resource.setrlimit(resource.RLIMIT_NPROC, (tasks, tasks))
     resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
     resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
     resource.setrlimit(resource.RLIMIT_MEMLOCK, (0, 0))
