@@ -1,4 +1,4 @@
-"""A lean forward pass for Llama/Qwen2-family decoders, on the module's own weights.
+"""A lean forward pass for Llama/Qwen2/Qwen3-family decoders, on the module's own weights.
 
 Why: at the sizes thinkrl trains on a CPU (hidden 128-1024), a Hugging Face
 decoder spends as long in Python, mask building and small unfused kernels
@@ -13,9 +13,9 @@ optimizer, FSDP and checkpoints see nothing new), with
 - an optional key/value cache (`thinkrl.rollout.kv_cache.StaticKVCache`)
   written in place for decoding.
 
-Only the plain architecture is covered (`lean_spec` says None otherwise:
-sliding windows, scaled RoPE, qk-norm, other activations, remote code,
-quantized layers); a LoRA-adapted projection (PEFT's lora.Linear) counts as
+Only the plain architecture is covered (`thinkrl.models.lean_spec` says
+None otherwise: sliding windows, scaled RoPE, other activations, remote
+code, quantized layers; Qwen3's per-head q/k norm is covered); a LoRA-adapted projection (PEFT's lora.Linear) counts as
 plain, its weight being W + s B A (`projection_weight`), or W while the
 adapter is switched off;
 callers then take Hugging Face's forward. Results equal Hugging Face's up
@@ -35,87 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from thinkrl.models.lean_spec import LeanSpec, lean_spec  # noqa: F401  (callers import them from here)
 from thinkrl.models.lora import merged_weight
-
-# model_type values whose decoder layer is exactly: RMSNorm -> attention with
-# RoPE (q/k/v biases optional) -> residual -> RMSNorm -> SiLU-gated MLP -> residual.
-# Qwen3 adds an RMSNorm over each head's queries and keys before RoPE (q_norm, k_norm).
-_PLAIN_DECODERS = ("llama", "qwen2", "mistral", "qwen3")
-_QK_NORM_DECODERS = ("qwen3",)
-
-
-@dataclass(frozen=True, slots=True)
-class LeanSpec:
-    """What the lean forward needs to know about a model (weights stay in it)."""
-
-    model: torch.nn.Module  # the *ForCausalLM module
-    heads: int
-    kv_heads: int
-    head_dim: int
-    eps: float
-    rope_theta: float
-    qk_norm: bool = False
-    """Qwen3: each head's queries and keys pass an RMSNorm (self_attn.q_norm, k_norm) before RoPE."""
-
-
-def lean_spec(model: torch.nn.Module) -> LeanSpec | None:
-    """The model's LeanSpec, or None when its architecture is not the plain
-    decoder this module computes exactly (the caller then uses the model's
-    own forward)."""
-    cfg = getattr(model, "config", None)
-    if cfg is None or getattr(cfg, "model_type", None) not in _PLAIN_DECODERS:
-        return None
-    inner = getattr(model, "model", None)
-    if inner is None or not hasattr(inner, "layers") or not hasattr(model, "lm_head"):
-        return None
-    rope = getattr(cfg, "rope_parameters", None) or {}
-    rope_type = rope.get("rope_type", rope.get("type", "default"))
-    theta = rope.get("rope_theta", getattr(cfg, "rope_theta", None))
-    if rope_type != "default" or theta is None:
-        return None
-    if getattr(cfg, "hidden_act", "silu") != "silu" or getattr(cfg, "use_sliding_window", False):
-        return None
-    if getattr(cfg, "sliding_window", None) and cfg.model_type == "mistral":
-        return None
-    if any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or [])):
-        return None
-    if getattr(cfg, "mlp_bias", False) or getattr(cfg, "pretraining_tp", 1) != 1:
-        return None
-    if not all(_plain_layer(layer) for layer in inner.layers):
-        return None
-    qk_norm = cfg.model_type in _QK_NORM_DECODERS
-    if qk_norm and not all(hasattr(layer.self_attn, "q_norm") and hasattr(layer.self_attn, "k_norm")
-                           for layer in inner.layers):
-        return None
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    return LeanSpec(model=model, heads=cfg.num_attention_heads,
-                    kv_heads=cfg.num_key_value_heads, head_dim=head_dim,
-                    eps=cfg.rms_norm_eps, rope_theta=float(theta), qk_norm=qk_norm)
-
-
-def _plain_layer(layer: torch.nn.Module) -> bool:
-    """Whether every projection is a plain nn.Linear, or a LoRA one over it
-    (`_lora_linear`): quantized modules and other adapters compute something
-    else from their weights."""
-    attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
-    names = (("q_proj", "k_proj", "v_proj", "o_proj"), ("gate_proj", "up_proj", "down_proj"))
-    if attn is None or mlp is None:
-        return False
-    return all(type(getattr(module, name, None)) is torch.nn.Linear or _lora_linear(getattr(module, name))
-               for module, group in zip((attn, mlp), names) for name in group)
-
-
-def _lora_linear(module: torch.nn.Module) -> bool:
-    """PEFT's lora.Linear over a plain nn.Linear with one active adapter, no
-    dropout, no DoRA and nothing merged in: x (W + s B A)^T + b exactly."""
-    if type(module).__name__ != "Linear" or not type(module).__module__.startswith("peft.tuners.lora"):
-        return False
-    active = list(getattr(module, "active_adapters", ()))
-    return (type(getattr(module, "base_layer", None)) is torch.nn.Linear and len(active) == 1
-            and not module.merged and not any(module.use_dora.values()) and not module.lora_variant
-            and not any(module.lora_bias.values())
-            and type(module.lora_dropout[active[0]]) is torch.nn.Identity)
-
 
 def projection_weight(module: torch.nn.Module) -> Tensor:
     """A projection's weight [out, in] as its forward applies it: a plain
