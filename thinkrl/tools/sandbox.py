@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -98,19 +97,10 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxRes
                              time.perf_counter() - start)
     with contextlib.ExitStack() as stack:
         launch = (_jailed if jailed else _unjailed)(plan, code, limits, stack)
-        group, _ = cgroup_plan()
-        cgroup = None
-        if group is not None:
-            try:
-                cgroup = CallCgroup(group, memory_bytes=(limits.memory_mb + limits.scratch_mb + _OVERHEAD_MB)
-                                    * 2 ** 20, tasks=limits.tasks)
-            except OSError as err:
-                return SandboxResult("", f"the sandbox could not make the call's cgroup ({err}); the code "
-                                     "was not run", time.perf_counter() - start)
-            stack.callback(cgroup.close)
         try:
-            done = run_contained(launch, wall_s=limits.wall_s, output_chars=limits.output_chars, cgroup=cgroup)
-        except OSError as err:  # the trainer's side: no process or fd could be had
+            done = run_contained(launch, wall_s=limits.wall_s, output_chars=limits.output_chars,
+                                 cgroup=_call_cgroup(limits, stack))
+        except OSError as err:  # the trainer's side: no cgroup, process or fd could be had
             return SandboxResult("", f"the sandbox could not start the code ({err})", time.perf_counter() - start)
     return SandboxResult(done.stdout, _error(done.status, done.stderr, done.status is None, limits),
                          time.perf_counter() - start)
@@ -149,6 +139,17 @@ def _unjailed(plan: JailPlan, code: str, limits: SandboxLimits, stack, mode: str
     command = _stages(plan, runner_dir, scratch, limits, [*plan.read_only, runner_dir, "/proc"],
                       [scratch, "/dev/null"], mode)
     return Launch(command, cwd=scratch, env=sandbox_environment(scratch))
+
+
+def _call_cgroup(limits: SandboxLimits, stack: contextlib.ExitStack) -> CallCgroup | None:
+    """The call's cgroup, closed with `stack`; None where none can be made here (said at start)."""
+    group, _ = cgroup_plan()
+    if group is None:
+        return None
+    cgroup = CallCgroup(group, memory_bytes=(limits.memory_mb + limits.scratch_mb + _OVERHEAD_MB) * 2 ** 20,
+                        tasks=limits.tasks)
+    stack.callback(cgroup.close)
+    return cgroup
 
 
 @contextlib.contextmanager
@@ -225,15 +226,12 @@ def sandbox_layers(unsafe: bool = False) -> str:
     limits = SandboxLimits(unsafe_without_kernel_isolation=unsafe)
     with contextlib.ExitStack() as stack:
         launch = (_unjailed if unsafe else _jailed)(plan, "", limits, stack, "report")
-        group, why_not = cgroup_plan()
-        cgroup = None if group is None else stack.enter_context(contextlib.closing(
-            CallCgroup(group, memory_bytes=(limits.memory_mb + _OVERHEAD_MB) * 2 ** 20, tasks=limits.tasks)))
-        argv = launch.argv if cgroup is None else cgroup.wrap(launch.argv)  # as every call enters it
-        done = subprocess.run(argv, cwd=launch.cwd, env=launch.env, pass_fds=launch.pass_fds,
-                              capture_output=True, text=True, timeout=30)
-    if done.returncode != 0:
+        # exactly a call's path (cgroup, jail, stages), the runner reporting instead of running
+        done = run_contained(launch, wall_s=30.0, output_chars=65536, cgroup=_call_cgroup(limits, stack))
+    group, why_not = cgroup_plan()
+    if done.status != 0:
         raise ValueError("the Python tool's sandbox failed to start here: "
-                         f"{(done.stderr.strip().splitlines() or ['exit ' + str(done.returncode)])[-1]}"
+                         f"{(done.stderr.strip().splitlines() or ['exit ' + str(done.status)])[-1]}"
                          + ("" if unsafe else f" ({UNSAFE_KEY}: true runs code without it, trusted code only)"))
     seen = json.loads(done.stdout)
     if unsafe:
