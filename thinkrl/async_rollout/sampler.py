@@ -217,21 +217,13 @@ class AsyncSampler:
         scored = score(self.draw, generated.rollouts, timer)
         scored.versions = generated.versions
         now = time.perf_counter()
-        scored.behind_trainer = bool((response_lags(generated.versions, rollout.version) > 0).any())
         scored.metrics = staleness_metrics(generated, trainer_version=rollout.version)
+        scored.behind_trainer = scored.metrics["fully_async/staleness/max"] > 0
         if self._last_call is not None:  # the rollout side's idle share since the last step
             busy = rollout.busy_seconds - busy_before
             scored.metrics["fully_async/rollouter/idle_ratio"] = max(0.0, 1 - busy / (now - self._last_call))
         self._last_call = now
         return scored
-
-
-def response_lags(versions: torch.Tensor, trainer_version: int) -> torch.Tensor:
-    """Per response with tokens, the lag of its oldest token: trainer version -
-    the version that sampled it ([N, R] versions, NO_VERSION past a row's end -> [N'])."""
-    sampled = versions != NO_VERSION
-    oldest = torch.where(sampled, versions, torch.iinfo(torch.long).max).min(-1).values  # [N]
-    return (trainer_version - oldest)[sampled.any(-1)]
 
 
 def staleness_metrics(generated: Generated, *, trainer_version: int) -> dict[str, float]:
@@ -242,7 +234,7 @@ def staleness_metrics(generated: Generated, *, trainer_version: int) -> dict[str
     oldest = torch.where(sampled, versions, torch.iinfo(torch.long).max).min(-1).values  # [N]
     newest = torch.where(sampled, versions, NO_VERSION).max(-1).values
     has_tokens = sampled.any(-1)
-    lag = response_lags(versions, trainer_version)
+    lag = (trainer_version - oldest)[has_tokens]
     span = (newest - oldest)[has_tokens]
     n = max(1, int(has_tokens.sum()))
     metrics = {
