@@ -187,21 +187,38 @@ def test_a_killed_rollout_process_is_named_and_nothing_is_left_behind(asset_cach
     assert not process.is_alive()
 
 
-def test_a_sync_sent_at_a_checkpoint_between_trigger_steps_is_attested(asset_cache, tiny_model_dir,
-                                                                       tmp_path):
-    """With a sync every 2 steps, the checkpoint of step 1 sends the weights
-    itself (a checkpoint is a sync point): that load is attested too."""
-    cfg = load_config(recipe_path("tiny"), overrides(
-        tiny_model_dir, tmp_path / "run", "async_training.mode=fully_async",
-        "async_training.trigger_parameter_sync_step=2", "async_training.partial_rollout=False",
-        "trainer.save_freq=1", "trainer.total_training_steps=3", length_reward(tmp_path)))
-    run = build_run(cfg, log=lambda *_: None)
-    try:
-        train_run(run, log=lambda *_: None)
-        assert not run.roles.engine._unattested  # every load's digests were compared
-        assert run.roles.engine.sent_version == 3
-    finally:
-        run.close()
+@pytest.mark.parametrize("streaming", [False, True])
+def test_saving_and_validating_change_nothing_an_async_run_trains(asset_cache, tiny_model_dir, tmp_path,
+                                                                  streaming):
+    """A sync every 2 steps and a window of 3 batches: a checkpoint at an odd
+    step finds the rollout process holding older weights (kept in the
+    checkpoint, attested when restored) and sends none; validation generates
+    on the trainer's engine. A run that validates and saves at every step
+    trains exactly what a run doing neither trains, and so does a run
+    resumed from step 1's checkpoint."""
+    quiet = dict(log=lambda *_: None)
+    mode = ("async_training.mode=fully_async", "async_training.trigger_parameter_sync_step=2",
+            "async_training.staleness_threshold=0.5", "trainer.total_training_steps=4",
+            "data.max_response_length=24", length_reward(tmp_path),
+            *(["async_training.streaming=True"] if streaming else ["async_training.partial_rollout=False"]))
+    observed = ("trainer.save_freq=1", "trainer.test_freq=1", "trainer.val_before_train=True")
+
+    def run(name: str, *extra: str) -> None:
+        train(load_config(recipe_path("tiny"), overrides(tiny_model_dir, tmp_path / name, *mode, *extra)),
+              **quiet)
+    run("plain")
+    run("observed", *observed)
+    run("resumed", *observed, "trainer.total_training_steps=1")
+    run("resumed", *observed)
+    plain = metrics(tmp_path / "plain")
+    assert max(r["fully_async/staleness/max"] for r in plain) >= 1
+    for name in ("observed", "resumed"):
+        records = [r for r in metrics(tmp_path / name) if r["step"] >= 1]
+        assert [r["step"] for r in records] == [1, 2, 3, 4]
+        assert all(any(k.startswith("val-") for k in r) for r in records)  # validated every step
+        for a, b in zip(plain, records):
+            for key in SHARED_METRICS + ("rollout/logprob_diff_mean", "fully_async/staleness/mean"):
+                assert b[key] == pytest.approx(a[key], rel=1e-6, abs=1e-9), (name, a["step"], key)
 
 
 def test_streaming_at_window_one_corrects_the_tokens_of_the_previous_version(asset_cache, tiny_model_dir,

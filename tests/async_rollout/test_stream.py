@@ -54,9 +54,7 @@ def test_the_version_required_after_each_batch():
     # after batch m, the latest sync step at or before m + 1 - 6.
     windowed = StreamSchedule(groups_per_batch=4, cap=6, sync_every=4)
     assert [windowed.required(m) for m in (5, 8, 9, 12, 13)] == [0, 0, 4, 4, 8]
-    # checkpoints (every 3 steps and the last, 10) are syncs too
-    saved = StreamSchedule(groups_per_batch=4, cap=6, sync_every=4, save_freq=3, total_steps=10)
-    assert [saved.required(m) for m in (8, 9, 10, 14, 15)] == [3, 4, 4, 9, 10]
+    assert [windowed.is_sync(v) for v in (0, 3, 4, 6, 8)] == [True, False, True, False, True]
 
 
 def _engine(spec, tokenizer, *, partial: bool = True) -> StreamEngine:
@@ -65,21 +63,33 @@ def _engine(spec, tokenizer, *, partial: bool = True) -> StreamEngine:
                for i, q in enumerate(questions)]
     loader = PromptLoader(prompts, batch_size=3, shuffle=True, seed=1, pad_token_id=tokenizer.pad_token_id)
     return StreamEngine(RolloutServer(spec).engine, loader, SamplingParams(n=2, max_tokens=24),
-                        StreamSchedule(groups_per_batch=3, cap=2, sync_every=1, save_freq=3, total_steps=100),
+                        StreamSchedule(groups_per_batch=3, cap=2, sync_every=1),
                         slots=6, partial=partial, seed=3)
 
 
-def _stream(engine: StreamEngine, batches: int, base: dict, snapshot_of: int | None = None):
-    """Tick, give the engine each version when it needs it, collect emitted batches."""
-    out, taken = [], {}
-    if snapshot_of is not None:
-        engine.before_apply = lambda v: taken.setdefault(v, snapshot(engine)) if v == snapshot_of else None
+def _weights(base: dict, version: int) -> dict:
+    """Policy `version` of the harness: the model's matrices scaled by 1 + version / 100."""
+    return {k: w * (1 + version / 100) if w.dim() > 1 else w for k, w in base.items()}
+
+
+def _stream(engine: StreamEngine, batches: int, base: dict, snapshot_at: int | None = None,
+            trainer_version: int = 0):
+    """Tick and collect emitted batches; the trainer's version is the number of
+    batches taken, offered as soon as a batch is taken (as the trainer sends
+    step m's weights after training on batch m). At tick `snapshot_at`, the
+    engine's snapshot, the trainer's version and the batches out by then."""
+    out, taken, ticks = [], None, 0
+    if engine.version == NO_VERSION and not engine.loads:
+        engine.offer(0, _weights(base, 0))
     while len(out) < batches:
-        if not engine.tick():
-            v = engine.required
-            engine.offer(v, {k: w * (1 + v / 100) if w.dim() > 1 else w for k, w in base.items()})
+        assert engine.tick(), "the trainer has sent every version the engine may ask for"
+        ticks += 1
         while (batch := engine.take_ready()) is not None:
             out.append(batch)
+            trainer_version += 1
+            engine.offer(trainer_version, _weights(base, trainer_version))
+        if ticks == snapshot_at:
+            taken = (snapshot(engine, trainer_version=trainer_version), trainer_version, len(out))
     return out, taken
 
 
@@ -88,11 +98,13 @@ def test_batches_are_whole_groups_the_stream_repeats_and_a_restored_engine_goes_
                                                                                   partial):
     """Weights version v: the model's scaled by 1 + v / 100, given when the
     engine asks. Without partial rollout the running responses drain before
-    a load, so none spans two versions."""
+    a load, so none spans two versions. A snapshot taken mid-stream (responses
+    running over a cache of older weights, a load not applied yet), restored
+    into a fresh engine, goes on bit for bit as the straight engine did."""
     spec, tokenizer = spec_and_tokenizer
     first = _engine(spec, tokenizer, partial=partial)
     base = {k: v.clone() for k, v in first.engine.model.state_dict().items()}
-    straight, taken = _stream(first, 7, base, snapshot_of=3)
+    straight, (state, trainer_version, out_then) = _stream(first, 7, base, snapshot_at=70)
     again, _ = _stream(_engine(spec, tokenizer, partial=partial), 7, base)
     lengths = torch.cat([b.rollouts.response_mask.sum(-1) for b in straight])
     assert lengths.min() < lengths.max()  # responses end at different steps
@@ -108,15 +120,22 @@ def test_batches_are_whole_groups_the_stream_repeats_and_a_restored_engine_goes_
     spans = [len(torch.unique(v[v != NO_VERSION])) > 1 for b in straight for v in b.versions]
     assert any(spans) == partial
 
+    assert 0 < out_then < 7 and state["admitted"]  # mid-stream, responses running
     saved = io.BytesIO()
-    torch.save(taken[3], saved)  # a checkpoint reads it with weights_only=True
+    torch.save(state, saved)  # a checkpoint reads it with weights_only=True
     saved.seek(0)
+    state = torch.load(saved, weights_only=True)
+    held, pending = state.pop("held_weights"), state.pop("pending")
+    version = int(state["version"])
+    assert all((w is None) == (v == trainer_version) for v, w in pending.items())  # the trainer's own
+    assert held is not None and version < trainer_version and pending  # held older weights, loads owed
     resumed = _engine(spec, tokenizer, partial=partial)
-    restore(resumed, torch.load(saved, weights_only=True))
-    assert resumed.required == 3 and resumed.version < 3
-    rest, _ = _stream(resumed, 7 - resumed.emitted + len(resumed.ready), base)
-    for batch, twin in zip(straight[-len(rest):], rest):
+    restore(resumed, state, held)
+    for v, w in sorted(pending.items()):
+        resumed.offer(v, _weights(base, v) if w is None else w)
+    rest, _ = _stream(resumed, 7 - out_then, base, trainer_version=trainer_version)
+    for batch, twin in zip(straight[out_then:], rest, strict=True):
         assert batch.origins == twin.origins
         assert torch.equal(batch.rollouts.response_ids, twin.rollouts.response_ids)
         assert torch.equal(batch.versions, twin.versions)
-        assert torch.allclose(batch.rollouts.rollout_logprobs, twin.rollouts.rollout_logprobs)
+        assert torch.equal(batch.rollouts.rollout_logprobs, twin.rollouts.rollout_logprobs)

@@ -39,12 +39,11 @@ def async_window(cfg: Config) -> Window:
 
 def stream_args(cfg: Config, spec: RankSpec, draw: Draw, window: Window) -> StreamArgs:
     """Streaming rollout's settings: one batch's responses as slots at most
-    (rollout.max_num_seqs), weights synced at `window`'s steps and at every
-    checkpoint, the trainer's loader where it stands."""
+    (rollout.max_num_seqs), weights synced at `window`'s steps, the trainer's
+    loader where it stands."""
     rollout, n = cfg.actor_rollout_ref.rollout, draw.sampling.n
     batch = cfg.data.train_batch_size
-    schedule = StreamSchedule(groups_per_batch=batch, cap=window.cap, sync_every=window.sync_every,
-                              save_freq=cfg.trainer.save_freq, total_steps=spec.total_steps)
+    schedule = StreamSchedule(groups_per_batch=batch, cap=window.cap, sync_every=window.sync_every)
     return StreamArgs(loader=draw.loader, params=draw.sampling, schedule=schedule,
                       slots=max(n, min(rollout.max_num_seqs, batch * n)),
                       partial=cfg.async_training.partial_rollout, seed=spec.sampling_seed)
@@ -53,8 +52,9 @@ def stream_args(cfg: Config, spec: RankSpec, draw: Draw, window: Window) -> Stre
 def start_async_rollout(cfg: Config, spec: RankSpec, roles: Roles, draw: Draw, *,
                         log=print) -> tuple[Roles, Sampler]:
     """The run's roles with the rollout process as their engine, and the sampler
-    that takes its batches. The trainer's own engine stays for streaming
-    rollout's validation, and for nothing else."""
+    that takes its batches. The trainer's own engine stays for validation,
+    and for nothing else: validating on the rollout process would change
+    the weights and the generator the training stream samples with."""
     asynchronous = cfg.async_training
     if is_vision_model(spec.model_path):
         raise ValueError("async_training.mode: vision-language models are not supported by the "
@@ -72,7 +72,7 @@ def start_async_rollout(cfg: Config, spec: RankSpec, roles: Roles, draw: Draw, *
         torch.set_num_threads(trainer_threads)
     if stream is None:
         rollout = AsyncRollout(process, roles.actor, window=window, loader=draw.loader,
-                               sampling=draw.sampling)
+                               sampling=draw.sampling, validation_engine=roles.engine)
         shape = f"at most {window.cap} batch(es) dispatched per sync window"
     else:
         rollout = StreamingRollout(process, roles.actor, schedule=stream.schedule,

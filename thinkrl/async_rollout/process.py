@@ -116,23 +116,21 @@ def _stream(conn, server, engine, reply) -> None:
     schedule allows, reading the driver's messages between two ticks, and
     block on the pipe only when the engine waits for weights. A "take" is
     answered by the next emitted batch, a "load" when its weights are
-    applied (with the served weights' digests, and the engine's snapshot when
-    the load is a checkpoint's). After a failure every request gets it."""
+    applied (with the served weights' digests), a "snapshot" at once (the
+    engine's state between two ticks: `thinkrl.async_rollout.stream_state`).
+    After a failure every request gets it."""
     from thinkrl.async_rollout.stream_state import restore, snapshot
 
-    loads: dict[int, tuple[int, bool]] = {}  # version -> (request id, snapshot wanted)
-    snapshots: dict[int, dict] = {}
+    loads: dict[int, int] = {}  # version -> the request id of its load
     takes: collections.deque = collections.deque()
     failure: list[str] = []
 
-    def before_apply(version: int) -> None:
-        if loads[version][1]:
-            snapshots[version] = snapshot(engine)
-
-    engine.before_apply = before_apply
-
     def answer(request_id: int, value) -> None:
         _send(conn, (request_id, False, failure[0]) if failure else (request_id, True, value))
+
+    def restored(state: dict, held_weights) -> object:
+        restore(engine, state, held_weights)
+        return server.served()
 
     def handle(message) -> bool:
         request_id, kind, payload = message
@@ -140,13 +138,15 @@ def _stream(conn, server, engine, reply) -> None:
             _send(conn, (request_id, True, None))
             return False
         if kind == "load":
-            version, weights, wanted = payload
-            loads[version] = (request_id, wanted)
+            version, weights = payload
+            loads[version] = request_id
             engine.offer(version, weights)
         elif kind == "take":
             takes.append(request_id)
+        elif kind == "snapshot":
+            reply(request_id, lambda: snapshot(engine, trainer_version=payload[0]))
         elif kind == "restore":
-            reply(request_id, lambda: restore(engine, payload[0]))
+            reply(request_id, lambda: restored(*payload))
         else:
             reply(request_id, lambda: getattr(server, kind)(*payload))
         return True
@@ -161,7 +161,7 @@ def _stream(conn, server, engine, reply) -> None:
             if not handle(_recv(conn)):
                 return
             blocked = False
-        hand_over()  # before the tick: it may apply a load and prefill every running response
+        hand_over()  # before the tick, which may wait for a load
         applied = []
         if not failure:
             try:
@@ -170,7 +170,7 @@ def _stream(conn, server, engine, reply) -> None:
             except BaseException:  # answered to every request from now on
                 failure.append(traceback.format_exc())
         for version, served in applied if not failure else [(v, None) for v in loads]:
-            answer(loads.pop(version)[0], (served, snapshots.pop(version, None)))
+            answer(loads.pop(version), served)
         hand_over()
 
 

@@ -6,8 +6,7 @@ Schedule. Batches of prompts are dispatched to the rollout process in the
 loader's order; the process generates them in that order with the weights it
 holds. Weights go to it every `trigger_parameter_sync_step` steps (policy
 version v = the step whose update made them), after the update, without
-waiting, and at every checkpoint and validation (so that a resumed run and a
-straight one sync at the same steps). Between two syncs at most `cap` =
+waiting; at no other point. Between two syncs at most `cap` =
 floor((1 + staleness_threshold) * trigger_parameter_sync_step) batches are
 dispatched, counting those still in flight at the sync (verl's rule, here in
 whole batches). A step takes the oldest batch, then dispatches what the
@@ -23,6 +22,12 @@ holds and the driver compares them with what it sent (`thinkrl.rollout.attest`).
 A checkpoint keeps the batches in flight: it waits for them and saves their
 responses with the loader position they were drawn at, so a resumed run
 trains on exactly the batches the straight run would have (`queue_state`).
+It sends no weights: the process keeps the version it holds, and when that
+is older than the trainer's the checkpoint keeps those weights too.
+Validation generates on the trainer's own engine. Neither changes what the
+process samples, so (without partial rollout, whose loads apply when they
+arrive) a seeded run trains the same tokens whatever `trainer.save_freq`
+and `trainer.test_freq` are.
 """
 
 from __future__ import annotations
@@ -79,9 +84,10 @@ class AsyncRollout:
     and the queue a checkpoint keeps."""
 
     def __init__(self, process: RolloutProcess, actor: PolicyRole, *, window: Window,
-                 loader: PromptLoader, sampling: SamplingParams) -> None:
+                 loader: PromptLoader, sampling: SamplingParams, validation_engine) -> None:
         self.process, self.actor, self.window = process, actor, window
         self.loader, self.sampling = loader, sampling
+        self.validation_engine = validation_engine
         self.version = 0
         """The trainer's latest policy version (passed to sync_weights, sent or not)."""
         self.sent_version: int | None = None
@@ -93,26 +99,29 @@ class AsyncRollout:
 
     # -- RolloutRole -----------------------------------------------------------
     def generate(self, prompts: PromptBatch, params: SamplingParams) -> Rollouts:
-        """Generation outside the training stream (validation): with the
-        trainer's latest weights, after everything dispatched before it."""
-        self._send_if_behind()
-        return self._wait(self.process.submit("generate", prompts, params)).rollouts
+        """Generation outside the training stream (validation): on the
+        trainer's engine, with its current weights."""
+        return self.validation_engine.generate(prompts, params)
 
     def sync_weights(self, version: int) -> dict[str, float]:
         """Record the trainer's version; send the weights when a sync is due
         (every `window.sync_every` steps, and always the first time)."""
         self.version = version
-        if self.sent_version is not None and version % self.window.sync_every:
+        if self.sent_version is not None and (version == self.sent_version
+                                              or version % self.window.sync_every):
             return {}
-        return {"timing_s/weight_attest": self._send(version)}
+        return {"timing_s/weight_attest": self._send(version, self.actor.full_weights())}
 
     def generator_state(self) -> dict:
-        """The rollout's generator and the queue (see `queue_state`)."""
+        """The queue and the process's state (see `queue_state`)."""
         return self.queue_state()
 
     def set_generator_state(self, state) -> None:
-        if isinstance(state, dict):  # this module's checkpoint
+        if isinstance(state, dict) and "sent_version" in state:  # this module's checkpoint
             self.load_queue_state(state)
+        elif isinstance(state, dict):
+            raise ValueError("this async checkpoint was saved by a thinkrl whose checkpoints forced a "
+                             "weight sync; resume it with the thinkrl release it was saved with")
         else:  # a synchronous run's engine state: the first engine's
             state = state[0] if isinstance(state, list) else state
             self._wait(self.process.submit("set_generator_state", state))
@@ -138,36 +147,43 @@ class AsyncRollout:
     # -- checkpoints -----------------------------------------------------------
     def queue_state(self) -> dict:
         """What a checkpoint keeps: every dispatched batch, waited for, as
-        tensors with the loader state it was drawn at; the rollout's generator
-        after them. The trainer's current weights are sent first (a
-        checkpoint is a sync point), so a resumed rollout, which starts from
-        them, holds what the straight run's holds."""
-        self._send_if_behind()
+        tensors with the loader state it was drawn at; the process's
+        generator after them; the version it holds (its weights too when
+        they are older than the trainer's, which the checkpoint's actor
+        holds) and the dispatch count of the sync window."""
         for batch in self.queue:
             if batch.generated is None:
                 batch.generated = self._wait(batch.request_id)
                 self.busy_seconds += batch.generated.seconds
                 batch.request_id = None
+        behind = self.sent_version != self.version
         return {"generator": self._wait(self.process.submit("generator_state")),
-                "queue": [_saved(b) for b in self.queue]}
+                "queue": [_saved(b) for b in self.queue],
+                "sent_version": self.sent_version, "trainer_version": self.version,
+                "held_weights": self._wait(self.process.submit("held_weights")) if behind else None,
+                "dispatched_since_sync": self.dispatched_since_sync,
+                "validation_generator": self.validation_engine.generator_state()}
 
     def load_queue_state(self, state: dict) -> None:
         """The queue of a checkpoint: each batch's prompts drawn again from its
-        loader state (the same rows), with its saved responses."""
+        loader state (the same rows), with its saved responses; the process
+        given the weights it held (attested) and its generator."""
         self._wait(self.process.submit("set_generator_state", state["generator"]))
         self.queue.clear()
         for saved in state["queue"]:
             prompts = self.loader.batch_at(saved["loader_state"])
             self.queue.append(_Batch(None, saved["loader_state"], _restored(saved, prompts, self.sampling.n)))
+        held = state["held_weights"]
+        self._send(int(state["sent_version"]), self.actor.full_weights() if held is None else held)
+        self.version = int(state["trainer_version"])
+        self.dispatched_since_sync = int(state["dispatched_since_sync"])
+        self.validation_engine.set_generator_state(state["validation_generator"])
 
     # -- weights ---------------------------------------------------------------
-    def _send_if_behind(self) -> None:
-        if self.sent_version != self.version:
-            self._send(self.version)
-
-    def _send(self, version: int) -> float:
+    def _send(self, version: int, weights: dict) -> float:
+        """A load of `weights` as policy `version`, attested when the process answers."""
         sent = Ledger()
-        weights = dict(recording(self.actor.full_weights().items(), sent, dtype=torch.float32))
+        weights = dict(recording(weights.items(), sent, dtype=torch.float32))
         request_id = self.process.submit("load", version, weights)
         self._unattested[request_id] = (version, sent)
         self.sent_version = version

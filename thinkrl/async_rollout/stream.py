@@ -25,18 +25,17 @@ the straight one:
   the older ones encoded (PipelineRL's in-flight weight update). Prefilling
   every running response again at every sync cost 2 s per batch against
   0.95 s of decoding (docs/benchmarks.md). The log-probs it records are
-  those it sampled with, so they are the behaviour policy either way. At a
-  checkpoint's sync they are prefilled again under the new weights: a
-  resumed run, which has no cache, does the same there.
+  those it sampled with, so they are the behaviour policy either way.
 - Its sampling generator is its own (validation samples elsewhere).
 
-A checkpoint at step k (a sync step: every save step is one) takes the
-engine's state just before it applies version k: the responses in flight
-with their tokens, the groups finished and the batches emitted but not yet
-taken, the loader position, the generator (`snapshot`). Restored, the engine
-applies version k at the same point, prefills the running responses as the
-straight run did there, and goes on as it did. The trainer's save waits for
-that point: up to window - 1 batches of generation after step k.
+A checkpoint observes the engine without changing what it does: no load is
+forced, nothing is prefilled again. It takes the engine's whole state
+between two ticks, wherever the engine is (`thinkrl.async_rollout.stream_state`):
+the responses in flight with their tokens and cached keys and values, the
+groups finished and the batches emitted but not yet taken, the loader
+position, the generator, the weights it holds and the loads it has not
+applied yet. Restored, the engine goes on exactly as it did, so a seeded
+run trains the same tokens whatever `trainer.save_freq` is.
 
 Shapes: S slots, V vocabulary, R response tokens.
 """
@@ -45,13 +44,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import Tensor
 
 from thinkrl.async_rollout.server import NO_VERSION, Generated, right_padded
-from thinkrl.checkpoint.resume import is_save_step
 from thinkrl.data.dataset import Prompt, PromptLoader, collate
 from thinkrl.models.lean_decoder import lean_spec
 from thinkrl.records import FINISH_LENGTH, FINISH_STOP, PromptBatch, Rollouts
@@ -70,19 +67,11 @@ class StreamSchedule:
     """`Window.cap`: batches generated per sync window."""
     sync_every: int
     """trigger_parameter_sync_step."""
-    save_freq: int = 0
-    """trainer.save_freq: a checkpoint step is a sync step (<= 0: none)."""
-    total_steps: int = 0
-    """The run's last step (always saved when save_freq > 0)."""
 
     def is_sync(self, version: int) -> bool:
         """Is the trainer's version `version` sent? Every `sync_every` steps
-        and at every checkpoint (trainer.save_freq and the last step)."""
-        return version == 0 or version % self.sync_every == 0 or self.is_checkpoint(version)
-
-    def is_checkpoint(self, version: int) -> bool:
-        """Is a checkpoint saved after step `version`? (trainer.save_freq)"""
-        return is_save_step(self.save_freq, version, self.total_steps)
+        (and version 0, the weights a run starts from)."""
+        return version % self.sync_every == 0
 
     def required(self, emitted: int) -> int:
         """The version the engine must hold after emitting `emitted` batches:
@@ -130,15 +119,14 @@ class StreamEngine:
     """Continuous-batching generation over `engine`'s model (module docstring)."""
 
     def __init__(self, engine: NativeEngine, loader: PromptLoader, params: SamplingParams,
-                 schedule: StreamSchedule, *, slots: int, partial: bool, seed: int,
-                 before_apply: Callable[[int], None] = lambda version: None) -> None:
+                 schedule: StreamSchedule, *, slots: int, partial: bool, seed: int) -> None:
         spec = lean_spec(engine.model)
         if spec is None:
             raise ValueError("async_training.streaming: continuous batching covers plain "
                              "Llama/Qwen2/Qwen3/Mistral decoders; this model is not one. Set "
                              "async_training.streaming=False")
         self.engine, self.loader, self.params, self.schedule = engine, loader, params, schedule
-        self.n, self.partial, self.before_apply = params.n, partial, before_apply
+        self.n, self.partial = params.n, partial
         self.slots = max(slots - slots % self.n, self.n)  # whole groups
         with engine.autocast():  # its fused weights in the compute dtype
             self.decoder = SlotDecoder(spec, slots=self.slots, device=engine.device)
@@ -192,22 +180,15 @@ class StreamEngine:
     def _apply(self) -> None:
         """Load the required version (every sync version is required in turn:
         no batch is emitted while one is owed, `_emit`)."""
-        self.before_apply(self.required)
-        self.engine.update_weights(self.loads.pop(self.required).items())
-        self.decoder.refresh()
-        self.version = self.required
-        if self.schedule.is_checkpoint(self.version):  # where a resumed run starts from
-            self._prefill_running()
+        self.hold(self.required, self.loads.pop(self.required))
 
-    def _prefill_running(self) -> None:
-        """The running responses' prompt and tokens so far, prefilled again
-        under the weights now held; their next-token logits follow."""
-        rows = self.active.nonzero()[:, 0]
-        if len(rows) == 0:
-            return
-        sequences = [torch.cat([self.owner[s].prompt.to(self.tokens.device),
-                                self.tokens[s, :int(self.counts[s])]]) for s in rows.tolist()]
-        self._set_logits(rows, self.decoder.prefill(rows, sequences))
+    def hold(self, version: int, weights: dict[str, Tensor]) -> None:
+        """Serve `weights` as policy `version` from the next token on (the
+        running responses keep their caches). Called inside `tick`'s
+        autocast, or by a restore."""
+        self.engine.update_weights(weights.items())
+        self.decoder.refresh()
+        self.version = version
 
     def _admit(self) -> None:
         """Groups into free slots, n at a time, while slots are free."""

@@ -1,13 +1,22 @@
 """A streaming engine's state in a checkpoint (`thinkrl.async_rollout.stream`):
 tensors, numbers and strings only, as `torch.load(weights_only=True)` reads
 them. Prompts are not stored: each group keeps where the loader drew it
-(epoch, position, row), and a restored engine draws it again."""
+(epoch, position, row), and a restored engine draws it again.
+
+Taken between two ticks, wherever the engine is: the running responses keep
+their cached keys and values and next-token logits (they were computed by
+weights the trainer may no longer have), and the weights the engine holds
+and the loads it has not applied are kept too, except those of the
+trainer's own version (the checkpoint's actor weights: sent again at resume)
+and the model's initial weights (a fresh engine starts from them)."""
 
 from __future__ import annotations
 
 import torch
 
-from thinkrl.async_rollout.server import Generated
+from torch import Tensor
+
+from thinkrl.async_rollout.server import NO_VERSION, Generated
 from thinkrl.async_rollout.stream import StreamEngine, Group, prompt_tokens
 from thinkrl.data.dataset import PromptLoader
 from thinkrl.records import Rollouts
@@ -15,8 +24,12 @@ from thinkrl.records import Rollouts
 _RUNNING = ""  # the reason of a response still being generated
 
 
-def snapshot(engine: StreamEngine) -> dict:
-    """Everything the engine will go on from (see the module of the engine)."""
+def snapshot(engine: StreamEngine, *, trainer_version: int) -> dict:
+    """Everything the engine will go on from (the module's docstring).
+    "held_weights" (None: the trainer's or the initial ones) and "pending"
+    ({version: weights, None for the trainer's}) are the driver's to send back."""
+    rows = engine.active.nonzero()[:, 0]
+    omitted = (trainer_version, NO_VERSION)
     return {"loader": engine.loader.state_dict(), "generator": engine.generator.get_state(),
             "version": engine.version, "required": engine.required, "emitted": engine.emitted,
             "busy": engine.busy, "busy_emitted": engine._busy_emitted, "steps": engine.steps,
@@ -24,17 +37,19 @@ def snapshot(engine: StreamEngine) -> dict:
             "drawn": [list(origin) for origin, _, _ in engine.drawn],
             "admitted": [_group_state(engine, g) for g in engine.admitted],
             "finished": [_group_state(engine, g) for g in engine.finished],
-            "ready": [generated_state(g) for g in engine.ready]}
+            "ready": [generated_state(g) for g in engine.ready],
+            "cache": engine.decoder.cache_of(rows),
+            "logits": None if engine.logits is None else engine.logits[rows].cpu(),
+            "held_weights": None if engine.version in omitted else _on_host(engine.engine.model.state_dict()),
+            "pending": {v: None if v == trainer_version else _on_host(w) for v, w in engine.loads.items()}}
 
 
-def restore(engine: StreamEngine, state: dict) -> None:
-    """`engine` as it was at `snapshot`; the running responses' caches are
-    prefilled again before they go on (under the weights applied next)."""
+def restore(engine: StreamEngine, state: dict, held_weights: dict[str, Tensor] | None) -> None:
+    """`engine` as it was at `snapshot`, serving `held_weights` (None: the
+    initial ones) as its version; the loads it had not applied come next,
+    as loads."""
     if engine.emitted or engine.admitted or bool(engine.active.any()):
         raise AssertionError("a snapshot is restored into a fresh engine only")
-    if not engine.schedule.is_checkpoint(int(state["required"])):
-        # the load it waits for must prefill the running responses (StreamEngine._apply)
-        raise AssertionError("a snapshot is taken before a checkpoint's load only")
     used = [int(s) for g in state["admitted"] for s in g["slots"]]
     if used and max(used) >= engine.slots:
         raise ValueError(f"the checkpoint's rollout ran {max(used) + 1}+ slots, this run has "
@@ -43,6 +58,9 @@ def restore(engine: StreamEngine, state: dict) -> None:
     redraw = Redraw(engine.loader)
     engine.loader.load_state_dict(state["loader"])
     engine.generator.set_state(state["generator"])
+    if held_weights is not None:
+        with torch.no_grad(), engine.engine.autocast():  # the fused copies as `tick` makes them
+            engine.hold(int(state["version"]), held_weights)
     engine.version, engine.required, engine.emitted = (int(state[k]) for k in ("version", "required",
                                                                                 "emitted"))
     engine.busy, engine._busy_emitted = float(state["busy"]), float(state["busy_emitted"])
@@ -51,6 +69,14 @@ def restore(engine: StreamEngine, state: dict) -> None:
     engine.admitted = [_group(engine, g, redraw) for g in state["admitted"]]
     engine.finished = [_group(engine, g, redraw) for g in state["finished"]]
     engine.ready = [restored_generated(g, redraw) for g in state["ready"]]
+    engine.decoder.load_cache(state["cache"])
+    if state["logits"] is not None:
+        engine._set_logits(state["cache"]["rows"].to(engine.tokens.device),
+                           state["logits"].to(engine.tokens.device))
+
+
+def _on_host(weights: dict[str, Tensor]) -> dict[str, Tensor]:
+    return {name: tensor.detach().to("cpu", copy=True) for name, tensor in weights.items()}
 
 
 class Redraw:

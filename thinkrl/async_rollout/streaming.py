@@ -2,11 +2,14 @@
 rollout role over a rollout process that draws and decodes prompts itself
 (`thinkrl.async_rollout.stream`). A step takes the next emitted batch; the
 trainer's weights go to the process at every sync step of the schedule and
-are attested when the process applies them; a checkpoint keeps the
-process's snapshot, taken where it applied that step's weights.
+are attested when the process applies them.
 
-Validation generates on the trainer's own engine (its current weights, its
-own generator): the stream's schedule stays what it would be without it.
+Neither a checkpoint nor validation changes what the process does. A
+checkpoint asks for the process's snapshot wherever it stands (its held
+weights and unapplied loads included, `thinkrl.async_rollout.stream_state`)
+and no weights are sent for it; validation generates on the trainer's own
+engine (its current weights, its own generator). A seeded run therefore
+samples the same tokens whatever `trainer.save_freq` and `trainer.test_freq` are.
 """
 
 from __future__ import annotations
@@ -35,43 +38,49 @@ class StreamingRollout:
         self.sent_version: int | None = None
         self.busy_seconds = 0.0
         self._unattested: dict[int, tuple[int, Ledger]] = {}
-        self._snapshots: dict[int, dict] = {}
 
     # -- RolloutRole -----------------------------------------------------------
     def generate(self, prompts: PromptBatch, params: SamplingParams) -> Rollouts:
         return self.validation_engine.generate(prompts, params)
 
     def sync_weights(self, version: int) -> dict[str, float]:
-        """Send the weights at the schedule's sync steps (and the first time);
-        a checkpoint step's load asks for the process's snapshot."""
+        """Send the weights at the schedule's sync steps (and the first time)."""
         self.version = version
-        if self.sent_version is not None and not self.schedule.is_sync(version):
+        if self.sent_version is not None and (version == self.sent_version
+                                              or not self.schedule.is_sync(version)):
             return {}
-        sent = Ledger()
-        weights = dict(recording(self.actor.full_weights().items(), sent, dtype=torch.float32))
-        wanted = self.sent_version is not None and self.schedule.is_checkpoint(version)
-        request_id = self.process.submit("load", version, weights, wanted)
-        self._unattested[request_id] = (version, sent)
-        self.sent_version = version
-        return {"timing_s/weight_attest": sent.seconds}
+        return {"timing_s/weight_attest": self._send(version, self.actor.full_weights())}
 
     def generator_state(self) -> dict:
-        """At a checkpoint: the process's snapshot at this step's load, and
-        the validation engine's generator."""
-        pending = [r for r, (v, _) in self._unattested.items() if v == self.version]
-        for request_id in pending:
-            self._wait(request_id)
-        if self.version not in self._snapshots:
-            raise AssertionError(f"no snapshot of the rollout process for step {self.version}: "
-                                 "a checkpoint step must be a sync step (StreamSchedule.is_sync)")
-        return {"stream": self._snapshots.pop(self.version),
+        """At a checkpoint: the process's snapshot (taken at once, nothing
+        sent or awaited for it), the driver's last sent version, and the
+        validation engine's generator."""
+        snapshot = self._wait(self.process.submit("snapshot", self.version))
+        return {"stream": snapshot, "sent_version": self.sent_version, "trainer_version": self.version,
                 "validation_generator": self.validation_engine.generator_state()}
 
     def set_generator_state(self, state) -> None:
-        if not (isinstance(state, dict) and "stream" in state):
-            raise ValueError("this checkpoint was saved without async_training.streaming: resume "
-                             "it with the async_training settings it was saved with")
-        self._wait(self.process.submit("restore", state["stream"]))
+        """A checkpoint's snapshot into the (fresh) process: its held weights
+        applied and attested, then its unapplied loads sent again in order.
+        Weights the snapshot left out are the trainer's, just restored."""
+        if not (isinstance(state, dict) and "stream" in state and "sent_version" in state):
+            raise ValueError("this checkpoint was saved without async_training.streaming, or by a "
+                             "thinkrl whose streaming checkpoints forced a weight sync: resume it "
+                             "with the async_training settings and thinkrl release it was saved with")
+        stream = dict(state["stream"])
+        held, pending = stream.pop("held_weights"), stream.pop("pending")
+        version = int(stream["version"])
+        if held is None and version == state["trainer_version"]:
+            held = self.actor.full_weights()
+        sent = Ledger()
+        held = None if held is None else dict(recording(held.items(), sent, dtype=torch.float32))
+        served = self._wait(self.process.submit("restore", stream, held))
+        if held is not None:
+            check_served(sent, served_by_engine([served], sent), engine=ENGINE, version=version)
+        for pending_version in sorted(pending):
+            weights = pending[pending_version]
+            self._send(int(pending_version), self.actor.full_weights() if weights is None else weights)
+        self.sent_version = state["sent_version"]
         self.validation_engine.set_generator_state(state["validation_generator"])
 
     # -- the training stream ---------------------------------------------------
@@ -83,13 +92,20 @@ class StreamingRollout:
         self.busy_seconds += generated.seconds
         return generated
 
+    # -- weights ---------------------------------------------------------------
+    def _send(self, version: int, weights: dict) -> float:
+        """A load of `weights` as policy `version`, attested when the process applies it."""
+        sent = Ledger()
+        weights = dict(recording(weights.items(), sent, dtype=torch.float32))
+        request_id = self.process.submit("load", version, weights)
+        self._unattested[request_id] = (version, sent)
+        self.sent_version = version
+        return sent.seconds
+
     def _wait(self, request_id: int):
         return self.process.wait_attesting(request_id, self._unattested, self._on_reply)
 
-    def _on_reply(self, request_id: int, value) -> None:
+    def _on_reply(self, request_id: int, served) -> None:
         version, sent = self._unattested.pop(request_id)
-        served, snapshot = value
-        if snapshot is not None:
-            self._snapshots[version] = snapshot
-        if served is not None:  # None: the schedule passed this version by within one tick
+        if served is not None:  # None: the process failed (its error is raised by the wait)
             check_served(sent, served_by_engine([served], sent), engine=ENGINE, version=version)

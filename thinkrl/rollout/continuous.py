@@ -104,21 +104,50 @@ class SlotDecoder:
         self.lengths[rows] += 1
         return final_logits(self.spec, h)[:, -1]
 
+    def cache_of(self, rows: Tensor) -> dict:
+        """Slots `rows`' keys, values and lengths, on the host, with the
+        cache's capacity (a checkpoint of the streaming engine)."""
+        lengths = self.lengths[rows]
+        width = int(lengths.max()) if len(rows) else 0
+        held = self.keys is not None  # (an empty slice keeps the dtype)
+        return {"rows": rows.cpu(), "lengths": lengths.cpu(), "capacity": self.capacity,
+                "keys": self.keys[:, rows, :, :width].cpu() if held else None,
+                "values": self.values[:, rows, :, :width].cpu() if held else None}
+
+    def load_cache(self, state: dict) -> None:
+        """The slots of `cache_of` back, in a cache of the same capacity: the
+        rotary tables then span the same positions, so every later forward
+        computes the same numbers as the engine that was saved."""
+        if state["keys"] is None:
+            return
+        keys = state["keys"].to(self.device)
+        self._allocate(int(state["capacity"]), keys.dtype)
+        rows, width = state["rows"].to(self.device), keys.shape[3]
+        self.keys[:, rows, :, :width] = keys
+        self.values[:, rows, :, :width] = state["values"].to(self.device)
+        self.lengths[rows] = state["lengths"].to(self.device)
+
     def _ensure(self, needed: int) -> None:
         """Room for `needed` tokens in every slot (grown, keeping what is held):
         float32 on a CPU (see `StaticKVCache`), else the autocast dtype, or
         the model's without autocast."""
         if needed <= self.capacity:
             return
-        spec, capacity, kind = self.spec, needed + _GROW, self.device.type
+        kind = self.device.type
         dtype = (torch.float32 if kind == "cpu" else torch.get_autocast_dtype(kind)
-                 if torch.is_autocast_enabled(kind) else spec.model.model.embed_tokens.weight.dtype)
+                 if torch.is_autocast_enabled(kind) else self.spec.model.model.embed_tokens.weight.dtype)
+        self._allocate(needed + _GROW, dtype)
+
+    def _allocate(self, capacity: int, dtype: torch.dtype) -> None:
+        """A cache of `capacity` tokens per slot holding what the old one held."""
+        spec = self.spec
         shape = (len(spec.model.model.layers), self.slots, spec.kv_heads, capacity, spec.head_dim)
         keys = torch.zeros(shape, dtype=dtype, device=self.device)
         values = torch.zeros_like(keys)
         if self.keys is not None:
-            keys[:, :, :, :self.capacity] = self.keys
-            values[:, :, :, :self.capacity] = self.values
+            kept = min(capacity, self.capacity)
+            keys[:, :, :, :kept] = self.keys[:, :, :, :kept]
+            values[:, :, :, :kept] = self.values[:, :, :, :kept]
         self.keys, self.values, self.capacity = keys, values, capacity
         self._rope = rotary_tables(spec, torch.arange(capacity, device=self.device)[None],
                                    spec.model.model.embed_tokens.weight.dtype)
