@@ -119,6 +119,8 @@ def test_batches_are_whole_groups_the_stream_repeats_and_a_restored_engine_goes_
         assert all(reason != FINISH_LENGTH for reason, s in zip(r.finish_reasons, short) if s)
     spans = [len(torch.unique(v[v != NO_VERSION])) > 1 for b in straight for v in b.versions]
     assert any(spans) == partial
+    origins = [tuple(o) for b in straight for o in b.origins]
+    assert len(set(origins)) == len(origins)  # no prompt trained twice
 
     assert 0 < out_then < 7 and state["admitted"]  # mid-stream, responses running
     saved = io.BytesIO()
@@ -139,3 +141,44 @@ def test_batches_are_whole_groups_the_stream_repeats_and_a_restored_engine_goes_
         assert torch.equal(batch.rollouts.response_ids, twin.rollouts.response_ids)
         assert torch.equal(batch.versions, twin.versions)
         assert torch.equal(batch.rollouts.rollout_logprobs, twin.rollouts.rollout_logprobs)
+
+
+def test_each_token_is_stamped_with_the_weights_that_computed_its_logits(spec_and_tokenizer):
+    """Peer bugs of this class: a prompt's cached keys and values reused after
+    a sync (stale prefix KV), and a token stamped with the version applied
+    just before it was sampled although its logits came from the weights
+    before that load. Weights version v: the model's matrices scaled by
+    1 + v / 100. Every response's tokens up to its first change of version
+    are those of one forward of the model under the version they are stamped
+    with, prompt included (so the prompt was prefilled by those weights);
+    the first token stamped with a newer version was not sampled from the
+    older weights' logits."""
+    spec, tokenizer = spec_and_tokenizer
+    engine = _engine(spec, tokenizer, partial=True)
+    base = {k: v.clone() for k, v in engine.engine.model.state_dict().items()}
+    batches, _ = _stream(engine, 5, base)
+    reference = RolloutServer(spec).engine.model
+
+    def logprobs(version: int, prompt: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        reference.load_state_dict(_weights(base, version))
+        with torch.no_grad():
+            logits = reference(input_ids=torch.cat([prompt, tokens])[None]).logits[0].float()
+        picked = logits[len(prompt) - 1:-1].log_softmax(-1)
+        return picked.gather(-1, tokens[:, None])[:, 0]
+
+    changes = 0
+    for batch in batches:
+        r = batch.rollouts
+        for i in range(len(r)):
+            k = int(r.response_mask[i].sum())
+            tokens, versions, recorded = r.response_ids[i, :k], batch.versions[i, :k], r.rollout_logprobs[i, :k]
+            prompt = r.prompt_ids[i][r.prompt_mask[i].bool()]
+            first = int(versions[0])
+            same = int((versions == first).sum()) if bool((versions == first).all()) else \
+                int((versions != first).nonzero()[0, 0])
+            assert torch.allclose(recorded[:same], logprobs(first, prompt, tokens[:same]), atol=1e-4), i
+            if same < k:  # the first token of the newer version
+                changes += 1
+                older = logprobs(first, prompt, tokens[:same + 1])[same]
+                assert abs(float(recorded[same] - older)) > 1e-4, (i, same)
+    assert changes > 0  # responses did span a load

@@ -138,6 +138,9 @@ class StreamEngine:
         self.counts = torch.zeros(self.slots, dtype=torch.long, device=device)
         self.active = torch.zeros(self.slots, dtype=torch.bool, device=device)
         self.logits: Tensor | None = None  # [S, V]: each active slot's next-token logits
+        # [S]: the version whose weights computed them: the version of the token sampled
+        # from them (the first token after a load comes from logits of the weights before it)
+        self.logit_versions = torch.full((self.slots,), NO_VERSION, dtype=torch.long, device=device)
         self.owner: list[Group | None] = [None] * self.slots
         self.admitted: list[Group] = []  # in flight, in admission order
         self.finished: list[Group] = []  # done, not yet emitted, in finishing order
@@ -233,7 +236,7 @@ class StreamEngine:
                                        rows=rows, total=self.slots)
         at = self.counts[rows]
         self.tokens[rows, at], self.logprobs[rows, at] = token, logprob
-        self.versions[rows, at] = self.version
+        self.versions[rows, at] = self.logit_versions[rows]
         self.counts[rows] += 1
         stopped = (torch.zeros_like(token, dtype=torch.bool) if self.stop_ids is None
                    else torch.isin(token, self.stop_ids))
@@ -275,6 +278,7 @@ class StreamEngine:
         if self.logits is None:
             self.logits = torch.zeros(self.slots, logits.shape[-1], device=logits.device)
         self.logits[rows] = logits.float()
+        self.logit_versions[rows] = self.version
 
 
 def prompt_tokens(batch: PromptBatch, row: int) -> Tensor:

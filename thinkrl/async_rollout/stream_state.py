@@ -40,6 +40,7 @@ def snapshot(engine: StreamEngine, *, trainer_version: int) -> dict:
             "ready": [generated_state(g) for g in engine.ready],
             "cache": engine.decoder.cache_of(rows),
             "logits": None if engine.logits is None else engine.logits[rows].cpu(),
+            "logit_versions": engine.logit_versions[rows].cpu(),
             "held_weights": None if engine.version in omitted else _on_host(engine.engine.model.state_dict()),
             "pending": {v: None if v == trainer_version else _on_host(w) for v, w in engine.loads.items()}}
 
@@ -70,9 +71,10 @@ def restore(engine: StreamEngine, state: dict, held_weights: dict[str, Tensor] |
     engine.finished = [_group(engine, g, redraw) for g in state["finished"]]
     engine.ready = [restored_generated(g, redraw) for g in state["ready"]]
     engine.decoder.load_cache(state["cache"])
+    rows = state["cache"]["rows"].to(engine.tokens.device)
     if state["logits"] is not None:
-        engine._set_logits(state["cache"]["rows"].to(engine.tokens.device),
-                           state["logits"].to(engine.tokens.device))
+        engine._set_logits(rows, state["logits"].to(engine.tokens.device))
+    engine.logit_versions[rows] = state["logit_versions"].to(engine.tokens.device)
 
 
 def _on_host(weights: dict[str, Tensor]) -> dict[str, Tensor]:
