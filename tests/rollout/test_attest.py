@@ -158,3 +158,23 @@ def test_units_only_the_engine_holds_are_not_compared():
     ranks = engine_ranks(state, 1)
     ranks[0].add("blocks.0.attn.qkv.weight", torch.randn(3, 3))  # a vision tower, not synced
     check_served(sent, served_by_engine(ranks, sent), engine="e", version=0)
+
+
+def test_a_stride_checks_every_layer_once_in_that_many_syncs_and_the_rest_every_sync():
+    from thinkrl.rollout.attest import AttestShare
+
+    units = ["embed_tokens.weight", "norm.weight", "lm_head.weight",
+             *(f"layers.{i}.self_attn.qkv_proj.weight" for i in range(6))]
+    assert AttestShare.of(1, 7) is None  # every unit
+    seen = {u: 0 for u in units}
+    for version in range(10, 13):  # three syncs at stride 3
+        share = AttestShare.of(3, version)
+        for u in units:
+            seen[u] += share(u)
+    assert seen == {**{u: 3 for u in units[:3]}, **{u: 1 for u in units[3:]}}
+    assert not any(AttestShare.of(0, 5)(u) for u in units)  # stride 0: nothing digested
+    ledger = Ledger()
+    tensors = [(f"model.layers.{i}.mlp.down_proj.weight", torch.ones(2)) for i in range(4)]
+    passed = list(recording(tensors, ledger, dtype=torch.float32, share=AttestShare.of(2, 3)))
+    assert [n for n, _ in passed] == [n for n, _ in tensors]  # every tensor still goes to the engine
+    assert sorted(ledger.units) == ["layers.1.mlp.down_proj.weight", "layers.3.mlp.down_proj.weight"]

@@ -318,6 +318,19 @@ def test_attestation_names_a_tensor_the_engine_serves_otherwise(engine, hf_model
     with pytest.raises(WeightSyncMismatch, match=r"version 1: engine 0 .*'layers\.1\.mlp\.down_proj"
                                                  r"\.weight' it holds 8192 nonzero values"):
         check_served(sent, served_by_engine(engine.served(), sent), engine="engine 0", version=1)
+    # attest_stride=2: a sync of an even version reads layer 0's share only, an odd one layer 1's
+    from thinkrl.rollout.attest import AttestShare
+    even, odd = AttestShare.of(2, 4), AttestShare.of(2, 5)
+    sent = engine.update_weights(full_state_tensors(hf_model), share=even)
+    assert not any(u.startswith("layers.1.") for u in sent.units) and "layers.0.mlp.down_proj.weight" in sent.units
+    engine.load_weights(engine.llm, [("model.layers.1.mlp.down_proj.weight", down)])
+    served = engine.served(share=even)
+    assert set(served[0].units) == set(sent.units)
+    check_served(sent, served_by_engine(served, sent), engine="engine 0", version=4)
+    sent = engine.update_weights(full_state_tensors(hf_model), share=odd)
+    engine.load_weights(engine.llm, [("model.layers.1.mlp.down_proj.weight", down)])
+    with pytest.raises(WeightSyncMismatch, match=r"version 5: .*'layers\.1\.mlp\.down_proj"):
+        check_served(sent, served_by_engine(engine.served(share=odd), sent), engine="engine 0", version=5)
 
 
 def test_a_sync_that_misses_tensors_stops_the_run_naming_them(asset_cache, tiny_vllm_model, tmp_path,

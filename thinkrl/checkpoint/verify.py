@@ -6,11 +6,20 @@ Every save lists each file of the checkpoint folder in `meta.json`:
 
 whatever the layout (one safetensors file, shards, a distributed checkpoint's
 per-rank files): verification reads only that list. sha256, because it is
-the checksum people can check with `sha256sum`, and it is fast enough:
-1.2-1.9 GiB/s on one core of our 2-core dev machine (hashlib with SHA-NI;
-`bench/fault_table.py` prints it), against 6.5 GiB/s for zlib.crc32, which
-would not be worth a second format. The tiny model's 1.4 MB checkpoint hashes
-in 5 ms, and verifying it (checksums plus the finiteness scan) takes 2-3 ms.
+the checksum people can check with `sha256sum`, and it is fast enough on
+many cores: 1.2-1.9 GiB/s on one core of our 2-core dev machine (hashlib with
+SHA-NI; `bench/fault_table.py` prints it), against 6.5 GiB/s for zlib.crc32,
+which would not be worth a second format.
+
+One core's sha256 would make a 7B save (84 GB of weights and AdamW moments)
+wait about a minute, so the work is spread over threads (hashlib and file
+reads release the GIL): every file, and every `PIECE_BYTES` piece of a larger
+file, is a task of its own. A file of more than one piece is listed with one
+sha256 per piece instead ("piece_bytes", "sha256_pieces": piece i is bytes
+[i * piece_bytes, (i + 1) * piece_bytes), which `dd`/`split` and `sha256sum`
+check by hand). Checkpoints listed before pieces existed (a whole-file sha256
+of any size) still verify. The tiny model's 1.4 MB checkpoint hashes in 5 ms,
+and verifying it (checksums plus the finiteness scan) takes 2-3 ms.
 
 A checkpoint is intact when its `meta.json` reads, every listed file exists
 with its size and checksum, every safetensors file has a valid header and
@@ -25,11 +34,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 MARKER = "meta.json"  # thinkrl.checkpoint.store writes it last; it marks a complete save
 FILES_KEY = "files"
 _CHUNK = 8 * 2**20
+PIECE_BYTES = 2**30
+"""A file larger than this is hashed (and listed) as pieces of this size."""
 
 
 class DamagedCheckpoint(ValueError):
@@ -37,23 +50,50 @@ class DamagedCheckpoint(ValueError):
     folder, the file and what is wrong with it."""
 
 
-def sha256_file(path: Path) -> str:
+def sha256_file(path: Path, start: int = 0, length: int | None = None) -> str:
+    """The sha256 of `path`'s bytes [start, start + length) (to its end by default)."""
     digest = hashlib.sha256()
+    left = length if length is not None else path.stat().st_size - start
     with path.open("rb") as f:
-        while chunk := f.read(_CHUNK):
+        f.seek(start)
+        while left > 0 and (chunk := f.read(min(_CHUNK, left))):
             digest.update(chunk)
+            left -= len(chunk)
     return digest.hexdigest()
 
 
+def _threads() -> int:
+    return min(32, os.cpu_count() or 1)
+
+
 def file_digests(folder: Path) -> dict[str, dict]:
-    """{relative path: {"bytes", "sha256"}} of every file under `folder`
-    except the marker (which holds this list)."""
-    listed = {}
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        rel = path.relative_to(folder).as_posix()
-        if rel != MARKER:
-            listed[rel] = {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
-    return listed
+    """{relative path: {"bytes", "sha256"}} (or {"bytes", "piece_bytes",
+    "sha256_pieces"} past one piece) of every file under `folder` except the
+    marker (which holds this list), hashed on every core."""
+    files = [p for p in sorted(folder.rglob("*")) if p.is_file() and p.relative_to(folder).as_posix() != MARKER]
+    sizes = {path: path.stat().st_size for path in files}
+    tasks = [(path, start) for path in files for start in range(0, max(sizes[path], 1), PIECE_BYTES)]
+    with ThreadPoolExecutor(_threads()) as pool:
+        digests = list(pool.map(lambda task: sha256_file(task[0], task[1], PIECE_BYTES), tasks))
+    pieces: dict[Path, list[str]] = {path: [] for path in files}
+    for (path, _), digest in zip(tasks, digests):
+        pieces[path].append(digest)
+    return {path.relative_to(folder).as_posix(): _entry(sizes[path], pieces[path]) for path in files}
+
+
+def _entry(size: int, pieces: list[str]) -> dict:
+    if len(pieces) == 1:
+        return {"bytes": size, "sha256": pieces[0]}
+    return {"bytes": size, "piece_bytes": PIECE_BYTES, "sha256_pieces": pieces}
+
+
+def _matches(path: Path, expected: dict) -> bool:
+    """Does `path` hash as `expected` lists it (whole, or piece by piece)?"""
+    if "sha256_pieces" not in expected:
+        return sha256_file(path) == expected["sha256"]
+    step = int(expected["piece_bytes"])
+    return all(sha256_file(path, i * step, step) == digest
+               for i, digest in enumerate(expected["sha256_pieces"]))
 
 
 def read_meta(folder: Path) -> dict:
@@ -80,7 +120,11 @@ def verify_checkpoint(folder: Path) -> bool:
         if size != expected["bytes"]:
             raise DamagedCheckpoint(f"{folder}: {rel} has {size} bytes, {expected['bytes']} were "
                                     "saved (truncated or overwritten)")
-        if sha256_file(path) != expected["sha256"]:
+    with ThreadPoolExecutor(_threads()) as pool:  # every file on a core of its own
+        intact = dict(zip(listed or {}, pool.map(lambda rel: _matches(folder / rel, listed[rel]),
+                                                  listed or {})))
+    for rel, ok in intact.items():
+        if not ok:
             raise DamagedCheckpoint(f"{folder}: {rel} does not match its saved sha256 (its "
                                     "bytes changed after the save)")
     weights = sorted(folder / rel for rel in listed) if listed else sorted(folder.rglob("*.safetensors"))

@@ -91,6 +91,8 @@ _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     f"{ARR}.rollout.val_kwargs.top_k": (lambda v: v == -1 or v >= 1, "use -1 (keep all tokens) or a count >= 1"),
     f"{ARR}.rollout.gpu_memory_utilization": (lambda v: 0 < v <= 1, "use a fraction in (0, 1], e.g. 0.5"),
     f"{ARR}.rollout.update_weights_bucket_megabytes": (lambda v: v >= 1, "use a size >= 1 MB, e.g. 512"),
+    f"{ARR}.rollout.attest_stride": (lambda v: v >= 0, "use 1 (every weight at every sync), k > 1 "
+                                                       "(every k-th layer per sync) or 0 (off)"),
     "algorithm.rollout_is_threshold": (lambda v: v > 1, "use a bound > 1 on the importance weight, e.g. 2.0"),
     "algorithm.kl_ctrl.kl_coef": (lambda v: v >= 0, "use a coefficient >= 0, e.g. 0.001"),
     f"{ARR}.actor.tau_pos": (lambda v: v > 0, "SAPO's gate temperature must be > 0, e.g. 1.0"),

@@ -11,6 +11,7 @@ them to the compute dtype for the forward and reduces gradients in float32.
 from __future__ import annotations
 
 import contextlib
+import math
 import weakref
 from typing import Callable, Iterator
 
@@ -228,12 +229,24 @@ def full_tensor(value: torch.Tensor) -> torch.Tensor:
 @torch.no_grad()
 def parameter_stats(model: nn.Module) -> dict:
     """Over the parameters this process holds (its shards when sharded): the
-    names of those holding NaN or inf, and the float64 sum of their squares.
-    Summing square_sum over ranks gives the whole model's squared L2 norm."""
+    names of those holding NaN or inf, and the sum of their squares.
+    Summing square_sum over ranks gives the whole model's squared L2 norm.
+
+    Each tensor's norm is one float32 reduction over it (no copy of a float32
+    tensor, no float64 copy of any: at 7B those were 8 bytes an element and
+    the guard's whole cost); the per-tensor squares add up in Python floats.
+    A tensor whose norm is not finite holds NaN or inf, or finite values
+    whose squares overflow float32 (|x| > 1.8e19): only then is it looked
+    at element by element, and such a tensor's norm is taken in float64."""
     nonfinite, square_sum = [], 0.0
     for name, p in model.named_parameters():
-        local = p.to_local() if hasattr(p, "to_local") else p
-        if not bool(torch.isfinite(local).all()):
-            nonfinite.append(name)
-        square_sum += float(local.detach().double().pow(2).sum())
+        local = (p.to_local() if hasattr(p, "to_local") else p).detach()
+        norm = float(torch.linalg.vector_norm(local, dtype=torch.float32))
+        if not math.isfinite(norm):
+            if not bool(torch.isfinite(local).all()):
+                nonfinite.append(name)
+                square_sum += norm * norm  # not finite either
+                continue
+            norm = float(torch.linalg.vector_norm(local.double()))
+        square_sum += norm * norm
     return {"nonfinite": nonfinite, "square_sum": square_sum}

@@ -19,6 +19,15 @@ matrix of the right values). What it does see: any changed value (a missed
 bucket, a stale layer, a corrupted tensor), with probability 1 - 2^-32 per
 changed element.
 
+Cost, and `rollout.attest_stride`: hashing is a few passes over every weight
+on each side per sync (on a GPU, well under a second at 7B; on vLLM's CPU
+build the read-back through the kernels dominates). With a stride k > 1 a
+sync digests the tensors outside the decoder layers (embeddings, final norm,
+head) and the layers i with i = version (mod k) (`AttestShare`): every layer
+is checked once every k syncs, so a load path that keeps corrupting a layer
+is caught within k syncs, and a one-off corruption of one layer at one sync
+with probability 1/k. Stride 0 digests nothing.
+
 Digests are grouped into *units*, named so that both sides agree
 (`unit_of`): a trainer tensor takes the name of the fused engine tensor it
 goes into (the engine's `packed_modules_mapping`), and names are cut to
@@ -105,6 +114,30 @@ def unit_of(name: str, packed: Packed | None = None) -> str:
     return tail.group(1) if tail else ".".join(parts[-2:])
 
 
+_LAYER_INDEX = re.compile(r"^(?:layers|h|blocks)\.(\d+)\.")
+
+
+@dataclass(frozen=True)
+class AttestShare:
+    """Which units one sync digests (see the module's docstring): those
+    outside the decoder layers and the layers i = phase (mod stride); stride
+    0: none. Picklable, for the engine's workers."""
+
+    stride: int
+    phase: int = 0
+
+    @classmethod
+    def of(cls, stride: int, version: int) -> "AttestShare | None":
+        """Sync `version`'s share under `rollout.attest_stride`; None: every unit."""
+        return None if stride == 1 else cls(stride, version % stride if stride else 0)
+
+    def __call__(self, unit: str) -> bool:
+        if self.stride == 0:
+            return False
+        layer = _LAYER_INDEX.match(unit)
+        return layer is None or int(layer.group(1)) % self.stride == self.phase
+
+
 @dataclass
 class Ledger:
     """Digests by unit, added up as tensors arrive (one side of a sync)."""
@@ -132,13 +165,16 @@ class Ledger:
 
 
 def recording(named_tensors: Iterable[tuple[str, Tensor]], ledger: Ledger, *,
-              dtype: torch.dtype, packed: Packed | None = None
+              dtype: torch.dtype, packed: Packed | None = None, share: AttestShare | None = None
               ) -> Iterator[tuple[str, Tensor]]:
     """Pass the trainer's (name, tensor) pairs on unchanged, adding each one's
-    digest, as the engine will hold it (cast to `dtype`), to `ledger`."""
+    digest, as the engine will hold it (cast to `dtype`), to `ledger` (only
+    the units in `share`, when given)."""
     for name, tensor in named_tensors:
         started = time.perf_counter()
-        ledger.add(unit_of(name, packed), tensor.to(dtype))
+        unit = unit_of(name, packed)
+        if share is None or share(unit):
+            ledger.add(unit, tensor.to(dtype))
         ledger.seconds += time.perf_counter() - started
         yield name, tensor
 

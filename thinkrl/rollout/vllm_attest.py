@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from thinkrl.rollout.attest import INCONSISTENT, Ledger, tensor_digest, unit_of
+from thinkrl.rollout.attest import INCONSISTENT, AttestShare, Ledger, tensor_digest, unit_of
 
 # Identity columns per read-back product: [256, K] at a time.
 _READ_BACK_COLUMNS = 256
@@ -55,14 +55,17 @@ def _read_back(module: torch.nn.Module, columns: int, rows: int | None) -> Ledge
 
 
 @torch.no_grad()
-def served_ledger(model: torch.nn.Module) -> Ledger:
-    """Digests of every parameter this worker serves, by unit (engine names)."""
+def served_ledger(model: torch.nn.Module, share: AttestShare | None = None) -> Ledger:
+    """Digests of every parameter this worker serves (those of the units in
+    `share`, when given), by unit (engine names)."""
     started = time.perf_counter()
     ledger = Ledger()
     for module_name, module in model.named_modules():
         for name, param in module.named_parameters(recurse=False):
             # A layer vLLM wrapped for LoRA holds its weights in `base_layer`.
             unit = unit_of((f"{module_name}.{name}" if module_name else name).replace(".base_layer.", "."))
+            if share is not None and not share(unit):
+                continue
             rows = counted_rows(module)
             if name == "weight" and hasattr(module, "cpu_linear") and hasattr(module, "quant_method"):
                 columns = (param.shape[1] if param.dim() == 2 else

@@ -41,7 +41,7 @@ from thinkrl.config.checks import truncates
 from thinkrl.errors import SetupError
 from thinkrl.parallel.device import compute_dtype, empty_cache
 from thinkrl.records import PromptBatch, Rollouts
-from thinkrl.rollout.attest import Ledger, recording, unit_of
+from thinkrl.rollout.attest import AttestShare, Ledger, recording, unit_of
 from thinkrl.rollout.base import SamplingParams
 from thinkrl.rollout.native import empty_rollouts
 from thinkrl.rollout.vllm_attest import packed_modules, served_ledger
@@ -250,12 +250,14 @@ class VllmEngine:
             stop_token_ids=[] if params.ignore_eos else list(self.eos_token_ids),
             logprobs=0, detokenize=False, seed=seed)
 
-    def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]]) -> Ledger:
+    def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]],
+                       share: AttestShare | None = None) -> Ledger:
         """Load the actor's tensors into the engine in place (as this vLLM
         release does it: `vllm_versions`), one bucket (whole decoder layers)
         per call; then forget cached prompt KV, which the old weights computed.
-        Returns the digests of what was sent, taken as the tensors enter (before
-        any bucketing or loading), for `served` to be checked against."""
+        Returns the digests of what was sent (the units of `share`, when
+        given), taken as the tensors enter (before any bucketing or loading),
+        for `served` to be checked against."""
         self._wake("weights")
         # vLLM's in-place reload drops every adapter it holds: requests stop naming
         # ours until `update_adapter` installs it again (the attestation checks it did).
@@ -263,7 +265,7 @@ class VllmEngine:
         if self.vision is not None:  # the engine is given image features, not pixels
             named_tensors = ((name, t) for name, t in named_tensors if is_synced(name))
         sent = Ledger()
-        named_tensors = recording(named_tensors, sent, dtype=self.dtype, packed=self.packed)
+        named_tensors = recording(named_tensors, sent, dtype=self.dtype, packed=self.packed, share=share)
         for bucket in buckets(named_tensors, megabytes=self.bucket_megabytes):
             self.load_weights(self.llm, bucket)
         if not self.llm.reset_prefix_cache():
@@ -291,15 +293,16 @@ class VllmEngine:
                                "running?): the next rollout would reuse KV of the old adapter")
         return sent
 
-    def served(self, *, adapter_only: bool = False) -> list[Ledger]:
+    def served(self, *, adapter_only: bool = False, share: AttestShare | None = None) -> list[Ledger]:
         """Digests of the weights each of this process's workers serves
-        (`vllm_attest`), its adapter's too when it serves one (`vllm_lora`);
-        the adapter's alone with `adapter_only` (the base, never rewritten
-        after its load, is not read again: on a CPU that is the costly part)."""
+        (`vllm_attest`; the units of `share`, when given), its adapter's too
+        when it serves one (`vllm_lora`); the adapter's alone with
+        `adapter_only` (the base, never rewritten after its load, is not read
+        again: on a CPU that is the costly part)."""
         self._wake("weights")
         if adapter_only:
             return self.llm.collective_rpc(served_adapter)
-        ledgers = self.llm.apply_model(served_ledger)
+        ledgers = self.llm.apply_model(functools.partial(served_ledger, share=share))
         if self._adapter is not None:
             for ledger, adapter in zip(ledgers, self.llm.collective_rpc(served_adapter)):
                 ledger.include(adapter)

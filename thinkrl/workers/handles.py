@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from thinkrl.records import CriticBatch, PromptBatch, Rollouts, TrainBatch
-from thinkrl.rollout.attest import check_served, served_by_engine
+from thinkrl.rollout.attest import AttestShare, check_served, served_by_engine
 from thinkrl.rollout.base import SamplingParams
 from thinkrl.workers.learner import UpdateSpec, actor_update_spec, critic_update_spec
 from thinkrl.workers.mini_batches import balanced_shares, contiguous_shares, split_mini_batch
@@ -185,7 +185,8 @@ class EngineHandle:
         self.version = version
         if not self.own_weights:
             return {}
-        results = self.group.call_all("update_weights", "sync_engine")
+        share = AttestShare.of(self.group.spec.cfg.actor_rollout_ref.rollout.attest_stride, version)
+        results = self.group.call_all("update_weights", "sync_engine", [(share,)] * self.group.world_size)
         tp = self.ranks_per_engine
         seconds = 0.0
         for first in range(0, len(results), tp):

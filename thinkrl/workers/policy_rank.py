@@ -36,7 +36,7 @@ from thinkrl.parallel.device import (autocast, bind_rank_device, compute_dtype, 
                                      frozen_weights_dtype, resolve_device)
 from thinkrl.parallel.distributed import init_process_group
 from thinkrl.records import PromptBatch, Rollouts
-from thinkrl.rollout.attest import Ledger
+from thinkrl.rollout.attest import AttestShare, Ledger
 from thinkrl.rollout.base import SamplingParams
 from thinkrl.rollout.native import NativeEngine
 from thinkrl.workers.actor import ActorWorker
@@ -177,17 +177,18 @@ class PolicyRank:
             return 0
         return self.spec.rank % self.spec.cfg.trainer.n_gpus_per_node
 
-    def sync_engine(self) -> tuple[Ledger, list[Ledger]] | None:
+    def sync_engine(self, share: AttestShare | None = None) -> tuple[Ledger, list[Ledger]] | None:
         """The actor's current weights into an engine that holds its own copy
         (a collective when sharded: every rank calls it), and the attestation:
         digests of what was sent and of what this rank's engine workers serve
-        after the load (`thinkrl.rollout.attest`, checked by the driver). The
-        native engine samples from the actor's module: nothing to sync (None)."""
+        after the load (the units of `share`, when given: `thinkrl.rollout.attest`,
+        checked by the driver). The native engine samples from the actor's
+        module: nothing to sync (None)."""
         if isinstance(self.engine, NativeEngine):
             return None
         if not self.engine.lora_rank:
-            sent = self.engine.update_weights(self.actor.weights())
-            return sent, self.engine.served()
+            sent = self.engine.update_weights(self.actor.weights(), share=share)
+            return sent, self.engine.served(share=share)
         # The engine serves the adapter (`thinkrl.rollout.vllm_lora`): it alone changed. The
         # base, loaded once and never written again, is attested once, at the first sync.
         sent = self.engine.update_adapter(self.actor.adapter_weights(), self.lora.scalings())

@@ -1,0 +1,57 @@
+"""Checksums of large checkpoint files, piece by piece on many threads: the
+pieces are sha256sum's of the byte ranges, a changed byte in any piece is
+named, and a list written before pieces existed (one sha256 of a file
+larger than a piece) still verifies."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from thinkrl.checkpoint import verify
+from thinkrl.checkpoint.verify import MARKER, DamagedCheckpoint, file_digests, verify_checkpoint
+
+
+@pytest.fixture
+def small_pieces(monkeypatch):
+    monkeypatch.setattr(verify, "PIECE_BYTES", 1000)
+
+
+def _folder(tmp_path, listed=None):
+    folder = tmp_path / "global_step_1"
+    (folder / "actor").mkdir(parents=True)
+    blob = bytes(range(256)) * 10  # 2560 bytes: pieces of 1000, 1000 and 560
+    (folder / "actor" / "optimizer.pt").write_bytes(blob)
+    (folder / "trainer_state.pt").write_bytes(b"small")
+    listed = listed or file_digests(folder)
+    (folder / MARKER).write_text(json.dumps({"files": listed}))
+    return folder, blob
+
+
+def test_a_file_past_one_piece_is_listed_piece_by_piece(tmp_path, small_pieces):
+    folder, blob = _folder(tmp_path)
+    listed = json.loads((folder / MARKER).read_text())["files"]
+    assert listed["trainer_state.pt"] == {"bytes": 5, "sha256": hashlib.sha256(b"small").hexdigest()}
+    assert listed["actor/optimizer.pt"] == {
+        "bytes": 2560, "piece_bytes": 1000,
+        "sha256_pieces": [hashlib.sha256(blob[i:i + 1000]).hexdigest() for i in (0, 1000, 2000)]}
+    assert verify_checkpoint(folder)
+
+
+def test_a_changed_byte_in_the_last_piece_is_named(tmp_path, small_pieces):
+    folder, blob = _folder(tmp_path)
+    changed = bytearray(blob)
+    changed[2100] ^= 1
+    (folder / "actor" / "optimizer.pt").write_bytes(bytes(changed))
+    with pytest.raises(DamagedCheckpoint, match=r"actor/optimizer.pt does not match its saved sha256"):
+        verify_checkpoint(folder)
+
+
+def test_a_whole_file_checksum_of_an_earlier_release_still_verifies(tmp_path, small_pieces):
+    blob = bytes(range(256)) * 10
+    old = {"actor/optimizer.pt": {"bytes": 2560, "sha256": hashlib.sha256(blob).hexdigest()},
+           "trainer_state.pt": {"bytes": 5, "sha256": hashlib.sha256(b"small").hexdigest()}}
+    folder, _ = _folder(tmp_path, listed=old)
+    assert verify_checkpoint(folder)
