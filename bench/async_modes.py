@@ -52,8 +52,7 @@ WORKLOADS = {
 
 def run(mode: str, seed: int, *, steps: int, validate: bool, extra: list[str], folder: Path) -> list[dict]:
     run_dir = folder / f"{mode}-{seed}"
-    thinkrl = Path(sys.executable).with_name("thinkrl")
-    cmd = [str(thinkrl), "train", "--config", "tiny", "--skip-doctor",
+    cmd = [sys.executable, "-m", "thinkrl.cli", "train", "--config", "tiny", "--skip-doctor",
            f"trainer.default_local_dir={run_dir}", f"trainer.total_training_steps={steps}",
            f"trainer.seed={seed}", "trainer.progress_bar=False", "trainer.resume_mode=disable",
            "trainer.save_freq=-1", "trainer.val_before_train=False",
@@ -91,6 +90,7 @@ def main() -> None:
     parser.add_argument("--workload", default="tiny", choices=list(WORKLOADS))
     parser.add_argument("--validate", action="store_true")
     parser.add_argument("--out", type=Path, default=None, help="keep the runs here")
+    parser.add_argument("--json", action="store_true", help="also one JSON line per mode and seed")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -102,6 +102,9 @@ def main() -> None:
     print(f"{'mode':<13} {'seed':>4} " + " ".join(f"{c:>14}" for c in columns))
     for (mode, seed), row in rows.items():
         print(f"{mode:<13} {seed:>4} " + " ".join(f"{row[c]:>14.3f}" for c in columns))
+        if args.json:
+            print(json.dumps({"mode": mode, "seed": seed, "workload": args.workload,
+                              **{k: None if v != v else v for k, v in row.items()}}))  # NaN: none
     for mode in args.modes:
         speed = [rows[mode, s]["samples/s"] / rows["sync", s]["samples/s"] for s in args.seeds
                  if ("sync", s) in rows]

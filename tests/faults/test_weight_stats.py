@@ -38,3 +38,14 @@ def test_nan_and_inf_are_named_and_the_norm_is_not_finite():
                                     worse=torch.tensor([math.inf])))
     assert stats["nonfinite"] == ["bad", "worse"]
     assert not math.isfinite(stats["square_sum"])
+
+
+def test_a_large_tensor_s_sum_stays_accurate_without_float64():
+    """2^24 + 1000 elements of 0.01: one float32 norm over them is 2% off
+    (its running sum swamps each 1e-4 square); rows of float32 norms added
+    up in float64 stay within 1e-5."""
+    x = torch.full(((1 << 24) + 1000,), 0.01)
+    exact = x.numel() * float(x[0].double()) ** 2
+    assert parameter_stats(_module(x=x))["square_sum"] == pytest.approx(exact, rel=1e-5)
+    assert parameter_stats(_module(x=x.bfloat16()))["square_sum"] == pytest.approx(
+        x.numel() * float(x[0].bfloat16().double()) ** 2, rel=1e-5)

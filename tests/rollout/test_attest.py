@@ -160,7 +160,7 @@ def test_units_only_the_engine_holds_are_not_compared():
     check_served(sent, served_by_engine(ranks, sent), engine="e", version=0)
 
 
-def test_a_stride_checks_every_layer_once_in_that_many_syncs_and_the_rest_every_sync():
+def test_a_stride_checks_every_unit_once_in_that_many_syncs():
     from thinkrl.rollout.attest import AttestShare
 
     units = ["embed_tokens.weight", "norm.weight", "lm_head.weight",
@@ -171,7 +171,9 @@ def test_a_stride_checks_every_layer_once_in_that_many_syncs_and_the_rest_every_
         share = AttestShare.of(3, version)
         for u in units:
             seen[u] += share(u)
-    assert seen == {**{u: 3 for u in units[:3]}, **{u: 1 for u in units[3:]}}
+    assert seen == {u: 1 for u in units}
+    assert [AttestShare.of(3, 7)(f"layers.{i}.mlp.up_proj.weight") for i in range(4)] == [0, 1, 0, 0]
+    assert AttestShare.of(3, 9)("embed_tokens.weight") and AttestShare.of(3, 9)("lm_head.weight")  # with layer 0
     assert not any(AttestShare.of(0, 5)(u) for u in units)  # stride 0: nothing digested
     ledger = Ledger()
     tensors = [(f"model.layers.{i}.mlp.down_proj.weight", torch.ones(2)) for i in range(4)]

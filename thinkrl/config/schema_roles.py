@@ -317,9 +317,9 @@ class RolloutConfig:
     """vLLM: weights streamed into the engine per call after each actor update (MB)."""
     attest_stride: int = 1
     """vLLM: which weights each sync's attestation digests on both sides (the
-    engine must serve exactly what was sent). 1: all, every sync. k > 1: the
-    tensors outside the decoder layers and every k-th layer, a different
-    k-th at each sync (every layer checked once every k syncs). 0: none."""
+    engine must serve exactly what was sent). 1: all, every sync. k > 1: a
+    k-th of them (every k-th layer), a different k-th at each sync (every
+    tensor checked once every k syncs). 0: none."""
     engine_kwargs: dict[str, Any] = field(default_factory=lambda: {"vllm": {}, "sglang": {}})
     """Extra keyword arguments per engine (free-form; add keys with ``+...engine_kwargs.vllm.key=value``)."""
     val_kwargs: SamplingConfig = field(default_factory=SamplingConfig)

@@ -226,27 +226,46 @@ def full_tensor(value: torch.Tensor) -> torch.Tensor:
     return value.full_tensor() if hasattr(value, "full_tensor") else value
 
 
+_NORM_ROW = 4096  # elements per float32 partial norm (`square_sum`)
+_NORM_BLOCK = 1 << 24  # elements per reduction: bounds a bfloat16 tensor's float32 copy to 64 MiB
+
+
 @torch.no_grad()
 def parameter_stats(model: nn.Module) -> dict:
     """Over the parameters this process holds (its shards when sharded): the
     names of those holding NaN or inf, and the sum of their squares.
     Summing square_sum over ranks gives the whole model's squared L2 norm.
 
-    Each tensor's norm is one float32 reduction over it (no copy of a float32
-    tensor, no float64 copy of any: at 7B those were 8 bytes an element and
-    the guard's whole cost); the per-tensor squares add up in Python floats.
-    A tensor whose norm is not finite holds NaN or inf, or finite values
-    whose squares overflow float32 (|x| > 1.8e19): only then is it looked
-    at element by element, and such a tensor's norm is taken in float64."""
-    nonfinite, square_sum = [], 0.0
+    No float64 copy of any weight (at 7B those were 8 bytes an element and the
+    guard's whole cost): see `square_sum`. A tensor whose sum is not finite
+    holds NaN or inf, or finite values whose squares overflow float32
+    (|x| > 1.8e19): only then is it looked at element by element (and such
+    a tensor's sum is taken in float64)."""
+    nonfinite, total = [], 0.0
     for name, p in model.named_parameters():
         local = (p.to_local() if hasattr(p, "to_local") else p).detach()
-        norm = float(torch.linalg.vector_norm(local, dtype=torch.float32))
-        if not math.isfinite(norm):
+        squares = square_sum(local)
+        if not math.isfinite(squares):
             if not bool(torch.isfinite(local).all()):
                 nonfinite.append(name)
-                square_sum += norm * norm  # not finite either
+                total += squares  # not finite either
                 continue
-            norm = float(torch.linalg.vector_norm(local.double()))
-        square_sum += norm * norm
-    return {"nonfinite": nonfinite, "square_sum": square_sum}
+            squares = float(local.double().pow(2).sum())
+        total += squares
+    return {"nonfinite": nonfinite, "square_sum": total}
+
+
+def square_sum(tensor: torch.Tensor) -> float:
+    """sum_i x_i^2 of any float tensor, as float32 norms of rows of
+    `_NORM_ROW` elements whose squares add up in float64, `_NORM_BLOCK`
+    elements per reduction (a float32 tensor is not copied; a bfloat16 one
+    is widened a block at a time). One float32 norm over a whole embedding
+    (136M elements) was 3% off; rows keep it within 1e-7."""
+    flat = tensor.reshape(-1)
+    total = torch.zeros((), dtype=torch.float64, device=flat.device)
+    for block in flat.split(_NORM_BLOCK):
+        whole = block.numel() - block.numel() % _NORM_ROW
+        rows = torch.linalg.vector_norm(block[:whole].view(-1, _NORM_ROW), dim=1, dtype=torch.float32)
+        tail = torch.linalg.vector_norm(block[whole:], dtype=torch.float32)
+        total += rows.double().pow(2).sum() + tail.double().pow(2)
+    return float(total)

@@ -22,11 +22,13 @@ changed element.
 Cost, and `rollout.attest_stride`: hashing is a few passes over every weight
 on each side per sync (on a GPU, well under a second at 7B; on vLLM's CPU
 build the read-back through the kernels dominates). With a stride k > 1 a
-sync digests the tensors outside the decoder layers (embeddings, final norm,
-head) and the layers i with i = version (mod k) (`AttestShare`): every layer
-is checked once every k syncs, so a load path that keeps corrupting a layer
-is caught within k syncs, and a one-off corruption of one layer at one sync
-with probability 1/k. Stride 0 digests nothing.
+sync digests a k-th of the units (`AttestShare`): decoder layer i's at the
+syncs of versions v with v = i (mod k), the others (embeddings, final norm,
+head: together, so that a tied head meets its embedding) with layer 0's.
+Every unit is checked
+once every k syncs, so a load path that keeps corrupting a tensor is caught
+within k syncs, and a one-off corruption of one unit at one sync with
+probability 1/k. Stride 0 digests nothing.
 
 Digests are grouped into *units*, named so that both sides agree
 (`unit_of`): a trainer tensor takes the name of the fused engine tensor it
@@ -119,8 +121,8 @@ _LAYER_INDEX = re.compile(r"^(?:layers|h|blocks)\.(\d+)\.")
 
 @dataclass(frozen=True)
 class AttestShare:
-    """Which units one sync digests (see the module's docstring): those
-    outside the decoder layers and the layers i = phase (mod stride); stride
+    """Which units one sync digests (see the module's docstring): decoder
+    layer i's when i = phase (mod stride), the others with layer 0; stride
     0: none. Picklable, for the engine's workers."""
 
     stride: int
@@ -135,7 +137,7 @@ class AttestShare:
         if self.stride == 0:
             return False
         layer = _LAYER_INDEX.match(unit)
-        return layer is None or int(layer.group(1)) % self.stride == self.phase
+        return (int(layer.group(1)) if layer else 0) % self.stride == self.phase
 
 
 @dataclass

@@ -1,0 +1,223 @@
+"""The accelerator check: what a session runs, once, when a device is lent
+(`bash bench/device_check.sh`, which calls this). Every check is a child
+process with its own deadline, so a hang or an out-of-memory in one still
+leaves the others' figures; each prints one JSON line per measurement, and
+the lines are also appended to $OUT/device_check.jsonl when OUT is set.
+
+Checks, in order (about 6 minutes on an H200; `--dry-run`: the same code on
+the CPU with tiny shapes, about a minute):
+- env: torch, CUDA, the device and its memory;
+- tests: the suite's accelerator tests (`tests/accelerator`, skipped without one);
+- grpo-0.5b, grpo-1.5b: one bfloat16 GRPO step (bench/grpo_step.py's
+  workload: 8 prompts x 8 responses of 64 tokens, KL loss) on a random model
+  of Qwen2.5-0.5B's and -1.5B's shape: seconds per step, generation and
+  update tokens per second, model FLOP utilisation against 790 TFLOP/s
+  (bfloat16 dense, H200), peak device memory beside the doctor's estimate;
+- trl: the same step in TRL's GRPOTrainer: reported as not run (the
+  side-by-side on a device is not built yet; `../shared/bench` does it on a CPU);
+- async-longtail: `bench/async_modes.py --workload longtail`, sync against streaming.
+
+    python bench/device_check.py [--dry-run] [--only grpo-0.5b ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PEAK_BF16_FLOPS = 790e12  # H200 SXM, dense bfloat16 (the device README's figure)
+SHAPES = {  # Qwen2.5's public configs; "tiny" for the dry run
+    "0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                 num_key_value_heads=2, vocab_size=151936),
+    "1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                 num_key_value_heads=2, vocab_size=151936),
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=512),
+}
+# (check, deadline in seconds on a device, in a dry run)
+CHECKS = [("env", 60, 60), ("tests", 150, 120), ("grpo-0.5b", 120, 120), ("grpo-1.5b", 150, 120),
+          ("trl", 10, 10), ("async-longtail", 150, 150)]
+
+
+def emit(record: dict) -> None:
+    line = json.dumps(record, sort_keys=False)
+    print(line, flush=True)
+    if os.environ.get("OUT"):
+        with open(Path(os.environ["OUT"]) / "device_check.jsonl", "a") as f:
+            f.write(line + "\n")
+
+
+# -- the checks (each runs in a child process) ---------------------------------
+def check_env(dry: bool) -> None:
+    import torch
+    import transformers
+    record = {"check": "env", "torch": torch.__version__, "transformers": transformers.__version__,
+              "python": sys.version.split()[0], "cuda": torch.cuda.is_available(), "dry_run": dry}
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        record.update(device=props.name, memory_gib=round(props.total_memory / 2**30, 1),
+                      capability=f"{props.major}.{props.minor}", cuda_runtime=torch.version.cuda)
+    emit(record)
+
+
+def check_tests(dry: bool) -> None:
+    started = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                             str(ROOT / "tests" / "accelerator")], cwd=ROOT, capture_output=True, text=True)
+    tail = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else result.stderr[-300:]
+    emit({"check": "tests", "ok": result.returncode in (0, 5), "summary": tail,
+          "seconds": round(time.perf_counter() - started, 1)})
+    if result.returncode not in (0, 5):
+        print(result.stdout[-4000:], file=sys.stderr)
+
+
+def random_model(shape: str, folder: Path) -> Path:
+    """A random Qwen2 of `shape` in bfloat16 with a small byte-level tokenizer
+    (ids past it decode to nothing: the reward sees text, the step's cost is the shape's)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from thinkrl.models.tiny import build_tokenizer
+    texts = [f"What is {a} + {b}? {a + b}" for a in range(40) for b in range(40)]
+    tokenizer = build_tokenizer(texts, vocab_size=400)
+    config = Qwen2Config(tie_word_embeddings=True, max_position_embeddings=4096, torch_dtype="bfloat16",
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                         **SHAPES[shape])
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def check_grpo(shape: str, dry: bool) -> None:
+    import torch
+    sys.path.insert(0, str(ROOT / "bench"))
+    from grpo_step import WORKLOAD, summarize
+
+    from thinkrl.build import build_run
+    from thinkrl.cli import recipe_path
+    from thinkrl.config import load_config
+    from thinkrl.doctor.context import DoctorContext
+    from thinkrl.doctor.memory import estimate_memory
+    from thinkrl.parallel.device import peak_memory_bytes, reset_peak_memory
+    from thinkrl.trainer import train_step
+
+    name = "tiny" if dry else shape
+    device = "cpu" if dry else "cuda"
+    with tempfile.TemporaryDirectory(prefix="thinkrl-device-check-") as tmp:
+        model_dir = random_model(name, Path(tmp) / "model")
+        overrides = WORKLOAD + [f"actor_rollout_ref.model.path={model_dir}", f"trainer.device={device}",
+                                "actor_rollout_ref.model.dtype=bfloat16", "trainer.total_training_steps=3",
+                                "data.max_prompt_length=256",  # the small tokenizer's prompts are long
+                                f"trainer.default_local_dir={tmp}/run", "trainer.save_freq=-1",
+                                "trainer.test_freq=-1"]
+        cfg = load_config(recipe_path("tiny"), overrides)
+        run = build_run(cfg, log=lambda *_: None)
+        try:
+            model = run.roles.actor.group.rank.actor.model
+            params = sum(p.numel() for p in model.parameters())
+            where = next(model.parameters()).device
+            train_step(run, 1)  # warm-up: kernels, caches, allocator
+            reset_peak_memory(where)
+            steps = [train_step(run, 2), train_step(run, 3)]
+        finally:
+            run.close()
+        peak, peak_kind = peak_memory_bytes(where)
+        capacity = torch.cuda.get_device_properties(0).total_memory if device == "cuda" else None
+        estimate = estimate_memory(DoctorContext(cfg, device=device), capacity=capacity).peak
+    responses = cfg.data.train_batch_size * cfg.actor_rollout_ref.rollout.n
+    summary = summarize(steps, responses=responses)
+    tokens = sum(m["perf/total_num_tokens"] for m in steps) / len(steps)  # prompt + response, per step
+    generated = summary["response_length_mean"] * responses
+    update_s = sum(m["timing_s/update_actor"] for m in steps) / len(steps)
+    # 2PN per forward token, 6PN per trained token: generation, the pi_old and reference
+    # forwards that ran (pi_old is skipped on-policy), the update; attention's own FLOPs left out
+    forwards = sum(summary["stages_s"][s] > 0 for s in ("old_log_prob", "ref"))
+    flops = 2 * params * generated + forwards * 2 * params * tokens + 6 * params * tokens
+    emit({"check": f"grpo-{shape}", "ran_shape": name, "device": device, "parameters": params,
+          "step_s": round(summary["step_s_mean"], 4),
+          "gen_tokens_per_s": round(summary["gen_tokens_per_s"], 1),
+          "update_tokens_per_s": round(tokens / update_s, 1),
+          "mfu_step": float(f"{flops / summary['step_s_mean'] / PEAK_BF16_FLOPS:.3g}"),
+          "mfu_update": float(f"{6 * params * tokens / update_s / PEAK_BF16_FLOPS:.3g}"),
+          "peak_memory_gib": round(peak / 2**30, 3), "peak_memory_kind": peak_kind,
+          "doctor_estimate_gib": round(estimate / 2**30, 3),
+          "stages_s": {k: round(v, 4) for k, v in summary["stages_s"].items()}})
+
+
+def check_trl(dry: bool) -> None:
+    try:
+        import trl
+        found = f"trl {trl.__version__} is installed"
+    except ImportError:
+        found = "trl is not installed (carry its wheel to run it)"
+    emit({"check": "trl", "ran": False, "why": f"{found}; the TRL step on a device is not built yet "
+          "(the side-by-side runs on a CPU: ../shared/bench)"})
+
+
+def check_async(dry: bool) -> None:
+    """The long-tail workload (its pretrained tiny model, built on first use);
+    the dry run takes a random tiny model and short responses instead."""
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="thinkrl-device-check-") as tmp:
+        extra = ["trainer.device=cuda"]
+        if dry:
+            extra = [f"actor_rollout_ref.model.path={random_model('tiny', Path(tmp) / 'model')}",
+                     "data.max_prompt_length=512", "data.max_response_length=32", "data.train_batch_size=4",
+                     "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32"]
+        result = subprocess.run([sys.executable, str(ROOT / "bench" / "async_modes.py"), "--workload",
+                                 "longtail", "--steps", "2" if dry else "8", "--modes", "sync", "streaming",
+                                 "--json", *extra], cwd=ROOT, capture_output=True, text=True)
+    if result.returncode:
+        raise RuntimeError(f"bench/async_modes.py failed:\n{result.stderr[-3000:]}")
+    for line in result.stdout.splitlines():
+        if line.startswith("{"):
+            emit({"check": "async-longtail", **json.loads(line)})
+    emit({"check": "async-longtail", "seconds": round(time.perf_counter() - started, 1)})
+
+
+RUN = {"env": check_env, "tests": check_tests, "trl": check_trl, "async-longtail": check_async,
+       "grpo-0.5b": lambda dry: check_grpo("0.5b", dry), "grpo-1.5b": lambda dry: check_grpo("1.5b", dry)}
+
+
+# -- the driver ----------------------------------------------------------------
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dry-run", action="store_true", help="the CPU, tiny shapes")
+    parser.add_argument("--only", nargs="+", choices=list(RUN), help="these checks alone")
+    parser.add_argument("--child", choices=list(RUN), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        RUN[args.child](args.dry_run)
+        return 0
+    failed = 0
+    for check, deadline, dry_deadline in CHECKS:
+        if args.only and check not in args.only:
+            continue
+        limit = dry_deadline if args.dry_run else deadline
+        started = time.perf_counter()
+        command = [sys.executable, __file__, "--child", check, *(["--dry-run"] if args.dry_run else [])]
+        try:
+            result = subprocess.run(command, timeout=limit, stderr=subprocess.PIPE, text=True)
+            code, why = result.returncode, result.stderr[-2000:]
+        except subprocess.TimeoutExpired:
+            code, why = -1, f"did not finish within its {limit} s deadline"
+        if code:
+            failed += 1
+            emit({"check": check, "ok": False, "seconds": round(time.perf_counter() - started, 1),
+                  "error": why.strip().splitlines()[-1] if why.strip() else f"exit code {code}"})
+            print(why, file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

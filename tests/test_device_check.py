@@ -1,0 +1,39 @@
+"""The accelerator check's dry run: `bash bench/device_check.sh --dry-run`
+runs every check's code on the CPU with tiny shapes and prints (and writes
+under $OUT) one JSON line per measurement, so the script a session runs when
+a device is lent is known to work before a minute of device time is spent."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_dry_run_prints_every_check_s_figures(tmp_path, asset_cache):
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "THINKRL_CACHE": str(asset_cache)}
+    result = subprocess.run(["bash", "bench/device_check.sh", "--dry-run"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    printed = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert printed == [json.loads(line) for line in (out / "device_check.jsonl").read_text().splitlines()]
+    by_check = {}
+    for record in printed:
+        by_check.setdefault(record["check"], []).append(record)
+    assert list(by_check) == ["env", "tests", "grpo-0.5b", "grpo-1.5b", "trl", "async-longtail"]
+    assert by_check["env"][0]["dry_run"] is True and by_check["tests"][0]["ok"]
+    for shape in ("grpo-0.5b", "grpo-1.5b"):
+        step = by_check[shape][0]
+        assert step["ran_shape"] == "tiny" and step["device"] == "cpu"
+        assert step["step_s"] > 0 and step["gen_tokens_per_s"] > 0 and step["update_tokens_per_s"] > 0
+        assert 0 < step["mfu_step"] < 1 and step["peak_memory_gib"] > 0 and step["doctor_estimate_gib"] > 0
+    assert by_check["trl"][0]["ran"] is False and by_check["trl"][0]["why"]
+    assert {r.get("mode") for r in by_check["async-longtail"]} >= {"sync", "streaming"}
