@@ -66,3 +66,55 @@ def test_rank_zero_reads_into_host_memory_and_keeps_no_whole_copy(tmp_path):
         assert torch.equal(torch.cat([local0[name], local1[name]]), p.detach()), name
     for name, b in whole.named_buffers():  # the rotary table, computed at init, broadcast
         assert torch.allclose(buffers0[name], b) and torch.allclose(buffers1[name], b), name
+
+
+def _peak_rank(rank: int, store: str, folder: str, results) -> None:
+    import torch.distributed as dist
+
+    from thinkrl.models.loading import causal_lm_skeleton, load_causal_lm
+    from thinkrl.parallel import fsdp
+
+    def memory(field: str) -> int:  # VmRSS (now) or VmHWM (the peak): bytes, from this process's start
+        line = next(s for s in open("/proc/self/status") if s.startswith(field + ":"))
+        return int(line.split()[1]) * 1024
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=store, rank=rank, world_size=2)
+    before = memory("VmRSS")
+    model = fsdp.build_model(lambda on: load_causal_lm(folder, dtype=torch.float32, device=on),
+                             lambda: causal_lm_skeleton(folder, dtype=torch.float32),
+                             prepare=lambda _: None, device=torch.device("cpu"),
+                             shard=lambda m: fsdp.parallelize(m, compute_dtype=torch.float32))
+    local = sum(p.to_local().numel() for p in model.parameters())
+    results.put((rank, memory("VmHWM") - before, local))
+    dist.destroy_process_group()
+
+
+def test_host_memory_per_rank_stays_within_its_share_at_a_half_billion_parameters(tmp_path):
+    """Qwen2.5-0.5B's shape (494M parameters, random, saved in bfloat16), on 2
+    ranks. Rank 0's peak: its whole float32 copy (4P), its shard (2P) and
+    one tensor in flight (measured: 2.9 GiB); rank 1's: its shard and one
+    tensor in flight (1.6 GiB). Every rank reading the whole model (the build
+    before rank 0's host load) puts rank 1 where rank 0 is, past its bound."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                         num_attention_heads=14, num_key_value_heads=2, tie_word_embeddings=True)
+    with torch.device("meta"):
+        model = Qwen2ForCausalLM(config)
+    model.to_empty(device="cpu").tie_weights()
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.02, generator=generator)
+    params = sum(p.numel() for p in model.parameters())
+    largest = max(p.numel() for p in model.parameters())
+    model.to(torch.bfloat16).save_pretrained(tmp_path / "model")
+    del model
+    got = run_two_ranks(_peak_rank, str(tmp_path / "model"), folder=tmp_path, deadline_s=300,
+                        hang="a rank waits in the build's broadcast")
+    (_, peak0, local0), (_, peak1, local1) = got
+    assert local0 + local1 == params
+    slack = 400 * 2**20  # the allocator's and the process group's own
+    assert peak1 < 2 * params + 4 * largest + slack, (peak1 / 2**30, params)
+    assert peak0 < 4 * params + 2 * params + 4 * largest + slack, (peak0 / 2**30, params)
