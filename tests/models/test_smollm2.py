@@ -61,3 +61,43 @@ def test_a_file_that_is_not_the_released_one_is_refused(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="sha256 .* not the 0000"):
         smollm2.build_smollm2(tmp_path / "smol", log=lambda *_: None)
     assert not (tmp_path / "smol").exists()
+
+
+def test_two_lora_steps_on_the_real_model_train_the_adapter_alone(smol_dir, tmp_path):
+    """LoRA (rank 8) on SmolLM2 for 2 GRPO steps with the native engine: the
+    adapter moves the policy off the frozen base (the reference), whose
+    weights stay as loaded."""
+    pytest.importorskip("peft")
+    import json
+
+    from thinkrl.build import build_run
+    from thinkrl.config import load_config
+    from thinkrl.trainer import train_run
+
+    arr = "actor_rollout_ref"
+    reward = tmp_path / "length_reward.py"  # differs within a group, so every step has a gradient
+    reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      "    return float(len(solution_str) % 5) / 4\n")
+    cfg = load_config("tiny", [
+        f"{arr}.model.path={smol_dir}", f"trainer.default_local_dir={tmp_path / 'run'}",
+        f"{arr}.model.lora_rank=8", f"{arr}.model.lora_alpha=16", f"{arr}.actor.optim.lr=1e-3",
+        "data.max_prompt_length=256", "data.max_response_length=64", "data.train_batch_size=2",
+        f"{arr}.rollout.n=2", f"{arr}.actor.ppo_mini_batch_size=2", f"{arr}.actor.ppo_micro_batch_size_per_gpu=4",
+        "trainer.total_training_steps=2", "trainer.val_before_train=False", "trainer.test_freq=-1",
+        "trainer.save_freq=-1", "trainer.progress_bar=False", "trainer.logger=[]",
+        f"custom_reward_function.path={reward}"])
+    run = build_run(cfg, log=lambda *_: None)
+    try:
+        model = run.roles.actor.group.rank.actor.model
+        base = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" not in n}
+        adapter = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_B" in n}
+        train_run(run, log=lambda *_: None)
+        after = dict(model.named_parameters())
+        assert all(torch.equal(after[n], p) for n, p in base.items())  # the base is frozen
+        assert max((after[n] - p).abs().max().item() for n, p in adapter.items()) > 0  # the adapter trained
+    finally:
+        run.close()
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2]
+    assert all(r["actor/grad_norm"] > 0 for r in records)
+    assert records[-1]["actor/kl_loss"] > 0  # the adapter's policy left the base's
