@@ -4,8 +4,8 @@ process with its own deadline, so a hang or an out-of-memory in one still
 leaves the others' figures; each prints one JSON line per measurement, and
 the lines are also appended to $OUT/device_check.jsonl when OUT is set.
 
-Checks, in order (about 6 minutes on an H200; `--dry-run`: the same code on
-the CPU with tiny shapes, about a minute):
+Checks, in order (9 minutes at most on a device, each check's deadline
+summed; `--dry-run`: the same code on the CPU with tiny shapes, under 2 minutes):
 - env: torch, CUDA, the device and its memory;
 - tests: the suite's accelerator tests (`tests/accelerator`, skipped without one);
 - grpo-0.5b, grpo-1.5b: one bfloat16 GRPO step (bench/grpo_step.py's
@@ -13,8 +13,8 @@ the CPU with tiny shapes, about a minute):
   of Qwen2.5-0.5B's and -1.5B's shape: seconds per step, generation and
   update tokens per second, model FLOP utilisation against 790 TFLOP/s
   (bfloat16 dense, H200), peak device memory beside the doctor's estimate;
-- trl: the same step in TRL's GRPOTrainer: reported as not run (the
-  side-by-side on a device is not built yet; `../shared/bench` does it on a CPU);
+- trl: grpo-0.5b's step in TRL's GRPOTrainer at the same precision, when
+  TRL's wheels are carried (reported as not run otherwise);
 - async-longtail: `bench/async_modes.py --workload longtail`, sync against streaming.
 
     python bench/device_check.py [--dry-run] [--only grpo-0.5b ...]
@@ -23,6 +23,7 @@ the CPU with tiny shapes, about a minute):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -41,9 +42,10 @@ SHAPES = {  # Qwen2.5's public configs; "tiny" for the dry run
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=512),
 }
-# (check, deadline in seconds on a device, in a dry run)
-CHECKS = [("env", 60, 60), ("tests", 150, 120), ("grpo-0.5b", 120, 120), ("grpo-1.5b", 150, 120),
-          ("trl", 10, 10), ("async-longtail", 150, 150)]
+# (check, deadline in seconds on a device, in a dry run): 540 s at most in all, inside the
+# device tool's 600 s a command
+CHECKS = [("env", 30, 60), ("tests", 90, 90), ("grpo-0.5b", 100, 100), ("grpo-1.5b", 120, 100),
+          ("trl", 100, 100), ("async-longtail", 100, 150)]
 
 
 def emit(record: dict) -> None:
@@ -154,13 +156,63 @@ def check_grpo(shape: str, dry: bool) -> None:
 
 
 def check_trl(dry: bool) -> None:
+    """grpo-0.5b's step in TRL's GRPOTrainer, when TRL is installed (carried as
+    wheels: trl, datasets and their missing needs): the same random model
+    folder, 8 prompts x 8 completions of exactly 64 tokens, KL beta 0.04 to a
+    reference, one optimizer step per step, bfloat16 autocast on the device
+    (as thinkrl's model.dtype=bfloat16); seconds per step after a warm-up."""
     try:
         import trl
-        found = f"trl {trl.__version__} is installed"
     except ImportError:
-        found = "trl is not installed (carry its wheel to run it)"
-    emit({"check": "trl", "ran": False, "why": f"{found}; the TRL step on a device is not built yet "
-          "(the side-by-side runs on a CPU: ../shared/bench)"})
+        emit({"check": "trl", "ran": False, "why": "trl is not installed: carry its wheels (trl, datasets, "
+              "dill, xxhash, multiprocess, pandas) to run TRL's step beside thinkrl's"})
+        return
+    import torch
+    from datasets import Dataset
+    from transformers import AutoTokenizer, TrainerCallback
+
+    device = "cpu" if dry else "cuda"
+    times: list[float] = []
+
+    class StepClock(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.started = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if device == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - self.started)
+
+    def digits(completions, **kwargs) -> list[float]:  # any reward: the cost is the same
+        texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
+        return [sum(ch.isdigit() for ch in text) / max(1, len(text)) for text in texts]
+
+    with tempfile.TemporaryDirectory(prefix="thinkrl-device-check-") as tmp:
+        folder = random_model("tiny" if dry else "0.5b", Path(tmp) / "model")
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        import pyarrow.parquet as pq
+
+        from thinkrl.builtin import resolve_data_files
+        # grpo-0.5b's prompts: the tiny recipe's data, its chat messages (TRL applies the template)
+        rows = pq.read_table(resolve_data_files("builtin:arith/train", log=lambda *_: None)).to_pylist()
+        prompts = [[{"role": m["role"], "content": m["content"]} for m in row["prompt"]] for row in rows[:512]]
+        config = trl.GRPOConfig(
+            output_dir=f"{tmp}/trl", per_device_train_batch_size=64, num_generations=8,
+            max_completion_length=64, generation_kwargs={"min_new_tokens": 64}, beta=0.04,
+            learning_rate=1e-6, max_steps=3, logging_steps=1, report_to=[], save_strategy="no",
+            gradient_checkpointing=False, bf16=not dry, use_cpu=dry, seed=0, dataloader_num_workers=0)
+        trainer = trl.GRPOTrainer(model=str(folder), reward_funcs=digits, args=config,
+                                  train_dataset=Dataset.from_dict({"prompt": prompts}),
+                                  processing_class=tokenizer, callbacks=[StepClock()])
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        with contextlib.redirect_stdout(sys.stderr):  # its log lines are not this check's JSON
+            trainer.train()
+    measured = times[1:] or times
+    emit({"check": "trl", "ran": True, "trl": trl.__version__, "ran_shape": "tiny" if dry else "0.5b",
+          "device": device, "precision": "float32" if dry else "bfloat16 autocast",
+          "step_s": round(sorted(measured)[len(measured) // 2], 4), "steps_s": [round(t, 4) for t in times],
+          "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 3) if device == "cuda" else None})
 
 
 def check_async(dry: bool) -> None:
@@ -175,7 +227,7 @@ def check_async(dry: bool) -> None:
                      "actor_rollout_ref.actor.ppo_mini_batch_size=4",
                      "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32"]
         result = subprocess.run([sys.executable, str(ROOT / "bench" / "async_modes.py"), "--workload",
-                                 "longtail", "--steps", "2" if dry else "8", "--modes", "sync", "streaming",
+                                 "longtail", "--steps", "2" if dry else "6", "--modes", "sync", "streaming",
                                  "--json", *extra], cwd=ROOT, capture_output=True, text=True)
     if result.returncode:
         raise RuntimeError(f"bench/async_modes.py failed:\n{result.stderr[-3000:]}")

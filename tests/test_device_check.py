@@ -35,5 +35,6 @@ def test_the_dry_run_prints_every_check_s_figures(tmp_path, asset_cache):
         assert step["ran_shape"] == "tiny" and step["device"] == "cpu"
         assert step["step_s"] > 0 and step["gen_tokens_per_s"] > 0 and step["update_tokens_per_s"] > 0
         assert 0 < step["mfu_step"] < 1 and step["peak_memory_gib"] > 0 and step["doctor_estimate_gib"] > 0
-    assert by_check["trl"][0]["ran"] is False and by_check["trl"][0]["why"]
+    trl = by_check["trl"][0]  # TRL's step where its wheels are installed, else why not
+    assert (trl["ran"] and trl["step_s"] > 0) or (trl["ran"] is False and "not installed" in trl["why"])
     assert {r.get("mode") for r in by_check["async-longtail"]} >= {"sync", "streaming"}
