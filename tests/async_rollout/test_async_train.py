@@ -190,12 +190,13 @@ def test_a_killed_rollout_process_is_named_and_nothing_is_left_behind(asset_cach
 @pytest.mark.parametrize("streaming", [False, True])
 def test_saving_and_validating_change_nothing_an_async_run_trains(asset_cache, tiny_model_dir, tmp_path,
                                                                   streaming):
-    """A sync every 2 steps and a window of 3 batches: a checkpoint at an odd
-    step finds the rollout process holding older weights (kept in the
-    checkpoint, attested when restored) and sends none; validation generates
-    on the trainer's engine. A run that validates and saves at every step
-    trains exactly what a run doing neither trains, and so does a run
-    resumed from step 1's checkpoint."""
+    """A sync every 2 steps and a window of 3 batches: a checkpoint at step 3
+    finds the rollout process holding step 2's weights (streaming: kept in
+    the checkpoint, attested when restored), one at step 2 the trainer's own
+    (applied or not yet); none sends weights. Validation generates on the
+    trainer's engine. A run that validates and saves at every step trains
+    exactly what a run doing neither trains, and so do runs resumed from
+    step 2's and step 3's checkpoints."""
     quiet = dict(log=lambda *_: None)
     mode = ("async_training.mode=fully_async", "async_training.trigger_parameter_sync_step=2",
             "async_training.staleness_threshold=0.5", "trainer.total_training_steps=4",
@@ -208,11 +209,22 @@ def test_saving_and_validating_change_nothing_an_async_run_trains(asset_cache, t
               **quiet)
     run("plain")
     run("observed", *observed)
-    run("resumed", *observed, "trainer.total_training_steps=1")
-    run("resumed", *observed)
+    saved = {}
+    for k in (2, 3):
+        run(f"resumed-{k}", *observed, f"trainer.total_training_steps={k}")
+        saved[k] = torch.load(tmp_path / f"resumed-{k}" / f"global_step_{k}" / "trainer_state.pt",
+                              weights_only=True)["engine_generator"]
+        run(f"resumed-{k}", *observed)
+    assert [saved[k]["sent_version"] for k in (2, 3)] == [2, 2]
+    assert [saved[k]["trainer_version"] for k in (2, 3)] == [2, 3]
+    if streaming:  # left out: the trainer's own weights (its checkpoint has them) and the initial ones
+        for k, state in saved.items():
+            held, pending = state["stream"]["held_weights"], state["stream"]["pending"]
+            assert (held is None) == (state["stream"]["version"] in (0, k)), k
+            assert all((weights is None) == (v == k) for v, weights in pending.items()), k
     plain = metrics(tmp_path / "plain")
     assert max(r["fully_async/staleness/max"] for r in plain) >= 1
-    for name in ("observed", "resumed"):
+    for name in ("observed", "resumed-2", "resumed-3"):
         records = [r for r in metrics(tmp_path / name) if r["step"] >= 1]
         assert [r["step"] for r in records] == [1, 2, 3, 4]
         assert all(any(k.startswith("val-") for k in r) for r in records)  # validated every step

@@ -76,20 +76,21 @@ def _stream(engine: StreamEngine, batches: int, base: dict, snapshot_at: int | N
             trainer_version: int = 0):
     """Tick and collect emitted batches; the trainer's version is the number of
     batches taken, offered as soon as a batch is taken (as the trainer sends
-    step m's weights after training on batch m). At tick `snapshot_at`, the
-    engine's snapshot, the trainer's version and the batches out by then."""
+    step m's weights after training on batch m). At the first tick from
+    `snapshot_at` on that emits a batch, before it is taken: the engine's
+    snapshot, the trainer's version and the batches taken by then."""
     out, taken, ticks = [], None, 0
     if engine.version == NO_VERSION and not engine.loads:
         engine.offer(0, _weights(base, 0))
     while len(out) < batches:
         assert engine.tick(), "the trainer has sent every version the engine may ask for"
         ticks += 1
+        if snapshot_at is not None and ticks >= snapshot_at and taken is None and engine.ready:
+            taken = (snapshot(engine, trainer_version=trainer_version), trainer_version, len(out))
         while (batch := engine.take_ready()) is not None:
             out.append(batch)
             trainer_version += 1
             engine.offer(trainer_version, _weights(base, trainer_version))
-        if ticks == snapshot_at:
-            taken = (snapshot(engine, trainer_version=trainer_version), trainer_version, len(out))
     return out, taken
 
 
@@ -122,7 +123,7 @@ def test_batches_are_whole_groups_the_stream_repeats_and_a_restored_engine_goes_
     origins = [tuple(o) for b in straight for o in b.origins]
     assert len(set(origins)) == len(origins)  # no prompt trained twice
 
-    assert 0 < out_then < 7 and state["admitted"]  # mid-stream, responses running
+    assert 0 < out_then < 7 and state["admitted"] and state["ready"]  # mid-stream: running, not taken
     saved = io.BytesIO()
     torch.save(state, saved)  # a checkpoint reads it with weights_only=True
     saved.seek(0)

@@ -143,8 +143,11 @@ def _stream(conn, server, engine, reply) -> None:
             engine.offer(version, weights)
         elif kind == "take":
             takes.append(request_id)
-        elif kind == "snapshot":
-            reply(request_id, lambda: snapshot(engine, trainer_version=payload[0]))
+        elif kind == "snapshot":  # never of an engine a failed tick left half-updated
+            if failure:
+                answer(request_id, None)
+            else:
+                reply(request_id, lambda: snapshot(engine, trainer_version=payload[0]))
         elif kind == "restore":
             reply(request_id, lambda: restored(*payload))
         else:

@@ -22,8 +22,12 @@ holds and the driver compares them with what it sent (`thinkrl.rollout.attest`).
 A checkpoint keeps the batches in flight: it waits for them and saves their
 responses with the loader position they were drawn at, so a resumed run
 trains on exactly the batches the straight run would have (`queue_state`).
-It sends no weights: the process keeps the version it holds, and when that
-is older than the trainer's the checkpoint keeps those weights too.
+It sends no weights: the process keeps the version it holds. When that is
+older than the trainer's (a checkpoint between two syncs), those weights
+need no saving: the window dispatches batches only right after a sync, so
+every batch they will ever sample was dispatched before the checkpoint, and
+is waited for and saved with it; the next load comes before any other
+generation. A resumed process is given the trainer's weights in their place.
 Validation generates on the trainer's own engine. Neither changes what the
 process samples, so (without partial rollout, whose loads apply when they
 arrive) a seeded run trains the same tokens whatever `trainer.save_freq`
@@ -39,17 +43,15 @@ from dataclasses import dataclass
 
 import torch
 
+from thinkrl.async_rollout.loads import AttestedLoads
 from thinkrl.async_rollout.process import RolloutProcess
 from thinkrl.async_rollout.server import NO_VERSION, Generated
 from thinkrl.data.dataset import PromptLoader
 from thinkrl.metrics import StageTimer
 from thinkrl.records import PromptBatch, Rollouts
-from thinkrl.rollout.attest import Ledger, check_served, recording, served_by_engine
 from thinkrl.rollout.base import SamplingParams
 from thinkrl.stages.sampling import Draw, ScoredRollouts, score
 from thinkrl.workers.roles import PolicyRole
-
-ENGINE = "the rollout process"
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,7 @@ class AsyncRollout:
         self.sent_version: int | None = None
         self.queue: collections.deque[_Batch] = collections.deque()
         self.dispatched_since_sync = 0
-        self._unattested: dict[int, tuple[int, Ledger]] = {}
+        self.loads = AttestedLoads(process)
         self.busy_seconds = 0.0
         """The process's generation time reported so far (its busy time)."""
 
@@ -117,6 +119,9 @@ class AsyncRollout:
         return self.queue_state()
 
     def set_generator_state(self, state) -> None:
+        if isinstance(state, dict) and "stream" in state:
+            raise ValueError("this checkpoint was saved with async_training.streaming=True: resume it "
+                             "with the async_training settings it was saved with")
         if isinstance(state, dict) and "sent_version" in state:  # this module's checkpoint
             self.load_queue_state(state)
         elif isinstance(state, dict):
@@ -148,54 +153,45 @@ class AsyncRollout:
     def queue_state(self) -> dict:
         """What a checkpoint keeps: every dispatched batch, waited for, as
         tensors with the loader state it was drawn at; the process's
-        generator after them; the version it holds (its weights too when
-        they are older than the trainer's, which the checkpoint's actor
-        holds) and the dispatch count of the sync window."""
+        generator after them; the version last sent and the dispatch count
+        of the sync window (the module's docstring says why the weights the
+        process holds are not kept)."""
         for batch in self.queue:
             if batch.generated is None:
                 batch.generated = self._wait(batch.request_id)
                 self.busy_seconds += batch.generated.seconds
                 batch.request_id = None
-        behind = self.sent_version != self.version
         return {"generator": self._wait(self.process.submit("generator_state")),
                 "queue": [_saved(b) for b in self.queue],
                 "sent_version": self.sent_version, "trainer_version": self.version,
-                "held_weights": self._wait(self.process.submit("held_weights")) if behind else None,
                 "dispatched_since_sync": self.dispatched_since_sync,
                 "validation_generator": self.validation_engine.generator_state()}
 
     def load_queue_state(self, state: dict) -> None:
         """The queue of a checkpoint: each batch's prompts drawn again from its
         loader state (the same rows), with its saved responses; the process
-        given the weights it held (attested) and its generator."""
+        given the trainer's weights (attested) and its generator."""
         self._wait(self.process.submit("set_generator_state", state["generator"]))
         self.queue.clear()
         for saved in state["queue"]:
             prompts = self.loader.batch_at(saved["loader_state"])
             self.queue.append(_Batch(None, saved["loader_state"], _restored(saved, prompts, self.sampling.n)))
-        held = state["held_weights"]
-        self._send(int(state["sent_version"]), self.actor.full_weights() if held is None else held)
         self.version = int(state["trainer_version"])
+        self._send(self.version, self.actor.full_weights())
+        self.sent_version = int(state["sent_version"])  # what the straight run's next sync compares with
         self.dispatched_since_sync = int(state["dispatched_since_sync"])
         self.validation_engine.set_generator_state(state["validation_generator"])
 
     # -- weights ---------------------------------------------------------------
     def _send(self, version: int, weights: dict) -> float:
-        """A load of `weights` as policy `version`, attested when the process answers."""
-        sent = Ledger()
-        weights = dict(recording(weights.items(), sent, dtype=torch.float32))
-        request_id = self.process.submit("load", version, weights)
-        self._unattested[request_id] = (version, sent)
+        """A load of `weights` as policy `version` (attested when the process answers)."""
+        seconds = self.loads.send(version, weights)
         self.sent_version = version
         self.dispatched_since_sync = len(self.queue)  # dispatched before the sync, not yet trained on
-        return sent.seconds
+        return seconds
 
     def _wait(self, request_id: int):
-        return self.process.wait_attesting(request_id, self._unattested, self._on_reply)
-
-    def _on_reply(self, request_id: int, value) -> None:
-        version, sent = self._unattested.pop(request_id)
-        check_served(sent, served_by_engine([value], sent), engine=ENGINE, version=version)
+        return self.loads.wait(request_id)
 
 
 def _saved(batch: _Batch) -> dict:

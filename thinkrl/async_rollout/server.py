@@ -89,12 +89,6 @@ class RolloutServer:
         served.seconds = time.perf_counter() - started
         return served
 
-    def held_weights(self) -> dict[str, Tensor]:
-        """A host copy of the weights this copy serves (a checkpoint keeps
-        them when they are older than the trainer's)."""
-        return {name: tensor.detach().to("cpu", copy=True)
-                for name, tensor in self.engine.model.state_dict().items()}
-
     def generator_state(self) -> Tensor:
         return self.engine.generator_state()
 

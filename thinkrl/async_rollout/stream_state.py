@@ -41,8 +41,9 @@ def snapshot(engine: StreamEngine, *, trainer_version: int) -> dict:
             "cache": engine.decoder.cache_of(rows),
             "logits": None if engine.logits is None else engine.logits[rows].cpu(),
             "logit_versions": engine.logit_versions[rows].cpu(),
-            "held_weights": None if engine.version in omitted else _on_host(engine.engine.model.state_dict()),
-            "pending": {v: None if v == trainer_version else _on_host(w) for v, w in engine.loads.items()}}
+            "held_weights": None if engine.version in omitted else _copied(engine.engine.model.state_dict()),
+            # (loads are read, never written: no copy)
+            "pending": {v: None if v == trainer_version else w for v, w in engine.loads.items()}}
 
 
 def restore(engine: StreamEngine, state: dict, held_weights: dict[str, Tensor] | None) -> None:
@@ -51,6 +52,8 @@ def restore(engine: StreamEngine, state: dict, held_weights: dict[str, Tensor] |
     as loads."""
     if engine.emitted or engine.admitted or bool(engine.active.any()):
         raise AssertionError("a snapshot is restored into a fresh engine only")
+    if held_weights is None and int(state["version"]) != NO_VERSION:
+        raise AssertionError(f"a snapshot of an engine serving version {state['version']} needs its weights")
     used = [int(s) for g in state["admitted"] for s in g["slots"]]
     if used and max(used) >= engine.slots:
         raise ValueError(f"the checkpoint's rollout ran {max(used) + 1}+ slots, this run has "
@@ -77,7 +80,9 @@ def restore(engine: StreamEngine, state: dict, held_weights: dict[str, Tensor] |
     engine.logit_versions[rows] = state["logit_versions"].to(engine.tokens.device)
 
 
-def _on_host(weights: dict[str, Tensor]) -> dict[str, Tensor]:
+def _copied(weights: dict[str, Tensor]) -> dict[str, Tensor]:
+    """A host copy of the weights served: the snapshot is a value, not a view
+    of parameters the next load overwrites."""
     return {name: tensor.detach().to("cpu", copy=True) for name, tensor in weights.items()}
 
 

@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import torch
 
+from thinkrl.async_rollout.loads import AttestedLoads, check
 from thinkrl.async_rollout.process import RolloutProcess
 from thinkrl.async_rollout.server import Generated
 from thinkrl.async_rollout.stream import StreamSchedule
 from thinkrl.records import PromptBatch, Rollouts
-from thinkrl.rollout.attest import Ledger, check_served, recording, served_by_engine
+from thinkrl.rollout.attest import Ledger, recording
 from thinkrl.rollout.base import SamplingParams
 from thinkrl.workers.roles import PolicyRole
-
-ENGINE = "the rollout process"
 
 
 class StreamingRollout:
@@ -37,7 +36,7 @@ class StreamingRollout:
         self.version = 0
         self.sent_version: int | None = None
         self.busy_seconds = 0.0
-        self._unattested: dict[int, tuple[int, Ledger]] = {}
+        self.loads = AttestedLoads(process)
 
     # -- RolloutRole -----------------------------------------------------------
     def generate(self, prompts: PromptBatch, params: SamplingParams) -> Rollouts:
@@ -49,7 +48,8 @@ class StreamingRollout:
         if self.sent_version is not None and (version == self.sent_version
                                               or not self.schedule.is_sync(version)):
             return {}
-        return {"timing_s/weight_attest": self._send(version, self.actor.full_weights())}
+        self.sent_version = version
+        return {"timing_s/weight_attest": self.loads.send(version, self.actor.full_weights())}
 
     def generator_state(self) -> dict:
         """At a checkpoint: the process's snapshot (taken at once, nothing
@@ -76,10 +76,10 @@ class StreamingRollout:
         held = None if held is None else dict(recording(held.items(), sent, dtype=torch.float32))
         served = self._wait(self.process.submit("restore", stream, held))
         if held is not None:
-            check_served(sent, served_by_engine([served], sent), engine=ENGINE, version=version)
+            check(sent, served, version=version)
         for pending_version in sorted(pending):
             weights = pending[pending_version]
-            self._send(int(pending_version), self.actor.full_weights() if weights is None else weights)
+            self.loads.send(int(pending_version), self.actor.full_weights() if weights is None else weights)
         self.sent_version = state["sent_version"]
         self.validation_engine.set_generator_state(state["validation_generator"])
 
@@ -92,20 +92,5 @@ class StreamingRollout:
         self.busy_seconds += generated.seconds
         return generated
 
-    # -- weights ---------------------------------------------------------------
-    def _send(self, version: int, weights: dict) -> float:
-        """A load of `weights` as policy `version`, attested when the process applies it."""
-        sent = Ledger()
-        weights = dict(recording(weights.items(), sent, dtype=torch.float32))
-        request_id = self.process.submit("load", version, weights)
-        self._unattested[request_id] = (version, sent)
-        self.sent_version = version
-        return sent.seconds
-
     def _wait(self, request_id: int):
-        return self.process.wait_attesting(request_id, self._unattested, self._on_reply)
-
-    def _on_reply(self, request_id: int, served) -> None:
-        version, sent = self._unattested.pop(request_id)
-        if served is not None:  # None: the process failed (its error is raised by the wait)
-            check_served(sent, served_by_engine([served], sent), engine=ENGINE, version=version)
+        return self.loads.wait(request_id)
