@@ -34,14 +34,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PEAK_BF16_FLOPS = 790e12  # H200 SXM, dense bfloat16 (the device README's figure)
-SHAPES = {  # Qwen2.5's public configs; "tiny" for the dry run
-    "0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                 num_key_value_heads=2, vocab_size=151936),
-    "1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
-                 num_key_value_heads=2, vocab_size=151936),
-    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, vocab_size=512),
-}
+sys.path.insert(0, str(ROOT / "bench"))
+from scale_costs import SHAPES as QWEN25_SHAPES, random_qwen2  # noqa: E402
+
+SHAPES = {**QWEN25_SHAPES,  # "tiny" for the dry run
+          "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, vocab_size=512)}
 # (check, deadline in seconds on a device, in a dry run): 540 s at most in all, inside the
 # device tool's 600 s a command
 CHECKS = [("env", 30, 60), ("tests", 90, 90), ("grpo-0.5b", 100, 100), ("grpo-1.5b", 120, 100),
@@ -84,24 +82,19 @@ def random_model(shape: str, folder: Path) -> Path:
     """A random Qwen2 of `shape` in bfloat16 with a small byte-level tokenizer
     (ids past it decode to nothing: the reward sees text, the step's cost is the shape's)."""
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from thinkrl.models.tiny import build_tokenizer
     texts = [f"What is {a} + {b}? {a + b}" for a in range(40) for b in range(40)]
     tokenizer = build_tokenizer(texts, vocab_size=400)
-    config = Qwen2Config(tie_word_embeddings=True, max_position_embeddings=4096, torch_dtype="bfloat16",
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                         **SHAPES[shape])
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(config).to(torch.bfloat16)
-    model.save_pretrained(folder)
+    model = random_qwen2(SHAPES[shape], max_position_embeddings=4096, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id)
+    model.to(torch.bfloat16).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
 
 
 def check_grpo(shape: str, dry: bool) -> None:
     import torch
-    sys.path.insert(0, str(ROOT / "bench"))
     from grpo_step import WORKLOAD, summarize
 
     from thinkrl.build import build_run

@@ -7,11 +7,10 @@ at column P - 1 + t, so only the last R + 1 positions' logits are computed.
 
 from __future__ import annotations
 
-import logging
-
 import contextlib
 import functools
 import inspect
+import logging
 from typing import Callable
 
 import torch
