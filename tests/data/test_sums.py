@@ -1,0 +1,29 @@
+"""The built-in sums task of `--config smol`: every one-digit pair asked four
+ways, a disjoint held-out split, verl rows graded as GSM8K with the
+answer-line instruction."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+
+from thinkrl.builtin import resolve_data_files
+from thinkrl.data import sums
+
+
+def test_the_splits_cover_every_question_once_and_are_disjoint():
+    train, test = sums.split_problems()
+    questions = [p.question for p in train + test]
+    assert len(questions) == len(set(questions)) == 9 * 9 * len(sums.PHRASINGS)
+    assert len(test) == sums.TEST_SIZE
+    problem = next(p for p in train if p.question == "Add 3 and 4.")
+    assert problem.answer == 7
+    assert sums.split_problems() == (train, test)  # seeded
+
+
+def test_the_built_in_files_are_verl_rows_with_the_answer_line_instruction(asset_cache):
+    test = pq.read_table(resolve_data_files("builtin:sums/test")).to_pylist()
+    train = pq.read_table(resolve_data_files("builtin:sums/train")).to_pylist()
+    assert (len(test), len(train)) == (sums.TEST_SIZE, 9 * 9 * len(sums.PHRASINGS) - sums.TEST_SIZE)
+    assert test[0]["data_source"] == "thinkrl/arith" and test[0]["reward_model"]["style"] == "rule"
+    assert test[0]["prompt"][0]["content"].endswith(sums.INSTRUCTION)
+    assert not {r["prompt"][0]["content"] for r in test} & {r["prompt"][0]["content"] for r in train}
