@@ -26,6 +26,8 @@ if [[ "${BF16:-0}" == 1 ]]; then
   TRL_BF16=(--bf16) TK_BF16=(actor_rollout_ref.model.dtype=bfloat16)
 fi
 TK_JSON=$(mktemp)
+trap 'rm -f "$TK_JSON"' EXIT
+: > "$OUT"  # this run's pairs only
 for rep in $(seq 1 "$REPS"); do
   echo "== rep $rep: TRL" >&2
   PYTHONPATH=$TRLSITE "$PY" bench/trl_real.py --model "$MODEL" --data "$DATA" --prompts "$PROMPTS" \

@@ -56,7 +56,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--ignore-eos", action="store_true",
                    help="every completion exactly --max-completion tokens (the same work on both sides)")
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast (TrainingArguments.bf16)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=1, help="thinkrl's trainer.seed default")
     p.add_argument("--tag", default="trl")
     p.add_argument("--json-out")
     return p.parse_args(argv)
@@ -84,6 +84,9 @@ def main(argv=None) -> dict:
 
     transformers.logging.set_verbosity_error()
     datasets.disable_progress_bars()
+    if args.micro < 1 or args.prompts * args.n % args.micro:
+        raise SystemExit(f"--micro {args.micro} must divide --prompts x --n = {args.prompts * args.n}: "
+                         "TRL generates micro x accumulation completions per step")
     transformers.set_seed(args.seed)
     model_dir = resolve_model_path(args.model, log=lambda *_: None)
     rows = verl_rows(resolve_data_files(args.data, log=lambda *_: None))
