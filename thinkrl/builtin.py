@@ -111,12 +111,14 @@ def longtail_parquet(*, log=print) -> Path:
 
 def sums_parquet(*, log=print) -> Path:
     """The folder of the sums task's train.parquet and test.parquet
-    (`thinkrl.data.sums`, `--config smol`), with its own instruction."""
+    (`thinkrl.data.sums`, `--config smol`), with its own instruction and
+    worked example."""
     from thinkrl.data import sums
     from thinkrl.data.prep.examples import Example, to_verl_rows, write_rows
 
-    # the instruction is part of the key: a cached file with an older one is not reused
-    key = hashlib.sha256("\n".join((sums.INSTRUCTION, *sums.PHRASINGS)).encode()).hexdigest()[:8]
+    # the prompt's parts are the key: a cached file with older ones is not reused
+    prompt_parts = (sums.INSTRUCTION, *sums.PHRASINGS, *(m["content"] for m in sums.DEMONSTRATION))
+    key = hashlib.sha256("\n".join(prompt_parts).encode()).hexdigest()[:8]
     folder = cache_dir() / "data" / f"sums-{sums.TEST_SIZE}-{sums.DATA_SEED}-{key}"
     if not (folder / "test.parquet").exists():
         train, test = sums.split_problems()
@@ -124,8 +126,8 @@ def sums_parquet(*, log=print) -> Path:
             examples = [Example(question=p.question, ground_truth=str(p.answer), data_source=sums.DATA_SOURCE,
                                 ability="math", original={"question": p.question, "a": p.a, "b": p.b})
                         for p in problems]
-            write_rows(to_verl_rows(examples, split=split, instruction=sums.INSTRUCTION),
-                       folder / f"{split}.parquet")
+            write_rows(to_verl_rows(examples, split=split, instruction=sums.INSTRUCTION,
+                                    demonstration=sums.DEMONSTRATION), folder / f"{split}.parquet")
         log(f"wrote the built-in sums task ({len(train)} train / {len(test)} test) to {folder}")
     return folder
 

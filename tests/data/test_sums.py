@@ -25,5 +25,19 @@ def test_the_built_in_files_are_verl_rows_with_the_answer_line_instruction(asset
     train = pq.read_table(resolve_data_files("builtin:sums/train")).to_pylist()
     assert (len(test), len(train)) == (sums.TEST_SIZE, 9 * 9 * len(sums.PHRASINGS) - sums.TEST_SIZE)
     assert test[0]["data_source"] == "thinkrl/arith" and test[0]["reward_model"]["style"] == "rule"
-    assert test[0]["prompt"][0]["content"].endswith(sums.INSTRUCTION)
-    assert not {r["prompt"][0]["content"] for r in test} & {r["prompt"][0]["content"] for r in train}
+    assert test[0]["prompt"][:-1] == list(sums.DEMONSTRATION)
+    assert test[0]["prompt"][-1]["content"].endswith(sums.INSTRUCTION)
+    assert not {r["prompt"][-1]["content"] for r in test} & {r["prompt"][-1]["content"] for r in train}
+
+
+def test_the_worked_example_shows_the_line_and_its_answer_is_no_sum_of_the_task():
+    """A policy that copies the example's line must never be paid."""
+    from thinkrl.rewards.gsm8k import extract_answer
+
+    user, assistant = sums.DEMONSTRATION
+    assert (user["role"], assistant["role"]) == ("user", "assistant")
+    assert user["content"].endswith(sums.INSTRUCTION)
+    shown = int(extract_answer(assistant["content"]))
+    assert shown == 12 + 30
+    train, test = sums.split_problems()
+    assert shown not in {p.answer for p in train + test}

@@ -104,9 +104,9 @@ def test_two_lora_steps_on_the_real_model_train_the_adapter_alone(smol_dir, tmp_
 
 
 def test_the_smol_recipe_trains_a_step_and_the_model_stops_at_its_own_eos(smol_dir, asset_cache, tmp_path):
-    """`--config smol` at a quarter of its step: the built-in one-step data in
-    SmolLM2's own ChatML template, graded by GSM8K's strict line with the
-    recipe's format score; responses end at `<|im_end|>`, not the limit."""
+    """`--config smol` at a quarter of its step: the built-in sums with their
+    worked example in SmolLM2's own ChatML template, graded by GSM8K's strict
+    line without a format score; responses end at `<|im_end|>`, not the limit."""
     import json
 
     from thinkrl.build import build_run
@@ -120,7 +120,7 @@ def test_the_smol_recipe_trains_a_step_and_the_model_stops_at_its_own_eos(smol_d
         f"{arr}.actor.ppo_micro_batch_size_per_gpu=16",
         "trainer.total_training_steps=1", "trainer.val_before_train=False", "trainer.test_freq=-1",
         "trainer.progress_bar=False", "trainer.logger=[]"])
-    assert cfg.data.train_files == "builtin:sums/train" and cfg.reward.format_score == 0.1
+    assert cfg.data.train_files == "builtin:sums/train" and cfg.reward.format_score == 0.0
     run = build_run(cfg, log=lambda *_: None)
     try:
         train_run(run, log=lambda *_: None)

@@ -1,21 +1,27 @@
 """The built-in sums task for real pretrained models (`--config smol`).
 
 Sums of two one-digit numbers, asked four ways ("What is 3 + 4?", "Add 3
-and 4.", ...), with an instruction that asks for GSM8K's answer line. A 135M
-instruct model such as SmolLM2-135M-Instruct computes most of them (its
-greedy responses hold the right sum about half the time) but almost never
-writes it after "####", where GSM8K's strict grader reads it: its held-out
-accuracy starts near 0. Learning to put its own answer on that line, from
-the reward alone, is the first thing R1-Zero-style RL teaches a model on
-GSM8K, and what `--config smol` trains on a laptop. The word
-problems of the built-in task (two and three steps) are past such a model:
-it gets about 1 in 50 right.
+and 4.", ...), with an instruction that asks for GSM8K's answer line and one
+worked example before the question (an earlier user/assistant turn, as
+few-shot GSM8K prompts do). A 135M instruct model such as
+SmolLM2-135M-Instruct computes most of the sums; learning to write its own
+answer on the "#### n" line every time, where GSM8K's strict grader reads
+it, from the reward alone, is what `--config smol` trains on a laptop. The
+word problems of the built-in task (two and three steps) are past such a
+model: it gets about 1 in 50 right.
 
-The instruction gives no example answer. With one ("for example \"#### 7\"")
-the model learned within 8 steps to write "#### 7" under every question,
-which the format score paid and the held-out set graded right for the 6 of
-its 64 sums that are 7 (docs/benchmarks.md): a number the policy can copy
-from every prompt is a reward hack, not a format.
+Why the worked example (docs/benchmarks.md has the measurements):
+- Without it the model almost never writes the line (a right "#### n" in 2
+  of 512 samples at temperature 0.7), so the reward is all but always 0.
+  Paying a format score for any readable "#### n" instead taught two seeds
+  of three to copy the question onto the line ("#### 7 + 6 = 13", read as
+  7): a reward hack.
+- With it, 56% of the samples and 43 of the 64 held-out greedy answers are
+  right; the other greedy answers hold the right sum but no line. The
+  example's sum (12 + 30 = 42) is no answer of this task (2 to 18), so a
+  policy that copies the example's line is never paid; an earlier
+  instruction that said `for example "#### 7"` was copied under every
+  question and paid for the 6 of 64 held-out sums that are 7.
 """
 
 from __future__ import annotations
@@ -25,6 +31,11 @@ from dataclasses import dataclass
 
 DATA_SOURCE = "thinkrl/arith"  # graded as the built-in task: GSM8K's strict "#### n"
 INSTRUCTION = 'Write the final answer after "####".'
+DEMONSTRATION = (
+    {"role": "user", "content": f"What is 12 + 30? {INSTRUCTION}"},
+    {"role": "assistant", "content": "12 + 30 = 42\n#### 42"},
+)
+"""The worked example before every question: its answer (42) is no sum of two digits."""
 PHRASINGS = ("What is {a} + {b}?", "Add {a} and {b}.", "What is the sum of {a} and {b}?",
              "Compute {a} + {b}.")
 DATA_SEED = 2025

@@ -34,14 +34,16 @@ class Example:
     """Encoded images (PNG, JPEG) the question's `<image>` marks refer to."""
 
 
-def to_verl_row(example: Example, *, split: str, index: int, instruction: str | None) -> dict:
+def to_verl_row(example: Example, *, split: str, index: int, instruction: str | None,
+                demonstration: Sequence[dict] = ()) -> dict:
     """The row of `example`; `instruction` (for the chat template; None for
     templates that carry their own) follows the question after a space, as in
-    verl's preprocessing scripts."""
+    verl's preprocessing scripts. `demonstration`: chat messages placed before
+    the question (a few-shot example as earlier user/assistant turns)."""
     content = example.question if instruction is None else f"{example.question} {instruction}"
     row = {
         "data_source": example.data_source,
-        "prompt": [{"role": "user", "content": content}],
+        "prompt": [*demonstration, {"role": "user", "content": content}],
         "ability": example.ability,
         "reward_model": {"style": "rule", "ground_truth": example.ground_truth},
         "extra_info": {"split": split, "index": index, **example.original},
@@ -51,9 +53,11 @@ def to_verl_row(example: Example, *, split: str, index: int, instruction: str | 
     return row
 
 
-def to_verl_rows(examples: Sequence[Example], *, split: str, instruction: str | None) -> list[dict]:
+def to_verl_rows(examples: Sequence[Example], *, split: str, instruction: str | None,
+                 demonstration: Sequence[dict] = ()) -> list[dict]:
     """The rows of one split, indexed from 0 in order (see `to_verl_row`)."""
-    return [to_verl_row(example, split=split, index=index, instruction=instruction)
+    return [to_verl_row(example, split=split, index=index, instruction=instruction,
+                        demonstration=demonstration)
             for index, example in enumerate(examples)]
 
 
