@@ -23,6 +23,7 @@ module reads real files with the same code as any user's data and model.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -116,9 +117,9 @@ def sums_parquet(*, log=print) -> Path:
     from thinkrl.data import sums
     from thinkrl.data.prep.examples import Example, to_verl_rows, write_rows
 
-    # the prompt's parts are the key: a cached file with older ones is not reused
-    prompt_parts = (sums.INSTRUCTION, *sums.PHRASINGS, *(m["content"] for m in sums.DEMONSTRATION))
-    key = hashlib.sha256("\n".join(prompt_parts).encode()).hexdigest()[:8]
+    # every part of the prompt is in the key: a cached file with older ones is not reused
+    prompt_parts = json.dumps([sums.INSTRUCTION, sums.PHRASINGS, sums.DEMONSTRATION], sort_keys=True)
+    key = hashlib.sha256(prompt_parts.encode()).hexdigest()[:8]
     folder = cache_dir() / "data" / f"sums-{sums.TEST_SIZE}-{sums.DATA_SEED}-{key}"
     if not (folder / "test.parquet").exists():
         train, test = sums.split_problems()

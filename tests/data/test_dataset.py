@@ -244,7 +244,7 @@ def test_sloppy_solution_stops_after_one_step(split):
 def test_verl_row_and_its_ground_truth(split):
     train, _ = split
     row = to_verl_row(to_example(train[0]), split="train", index=0,
-                      instruction=synthetic.INSTRUCTION)
+                      instruction=synthetic.INSTRUCTION, demonstration=())
     assert set(row) == {"data_source", "prompt", "ability", "reward_model", "extra_info"}
     assert row["data_source"] == synthetic.DATA_SOURCE
     assert row["prompt"] == [{"role": "user", "content": f"{train[0].question} {synthetic.INSTRUCTION}"}]

@@ -25,8 +25,8 @@ def test_the_built_in_files_are_verl_rows_with_the_answer_line_instruction(asset
     train = pq.read_table(resolve_data_files("builtin:sums/train")).to_pylist()
     assert (len(test), len(train)) == (sums.TEST_SIZE, 9 * 9 * len(sums.PHRASINGS) - sums.TEST_SIZE)
     assert test[0]["data_source"] == "thinkrl/arith" and test[0]["reward_model"]["style"] == "rule"
-    assert test[0]["prompt"][:-1] == list(sums.DEMONSTRATION)
-    assert test[0]["prompt"][-1]["content"].endswith(sums.INSTRUCTION)
+    assert all(r["prompt"][:-1] == list(sums.DEMONSTRATION) for r in test + train)
+    assert all(r["prompt"][-1]["content"].endswith(sums.INSTRUCTION) for r in test + train)
     assert not {r["prompt"][-1]["content"] for r in test} & {r["prompt"][-1]["content"] for r in train}
 
 
@@ -38,6 +38,28 @@ def test_the_worked_example_shows_the_line_and_its_answer_is_no_sum_of_the_task(
     assert (user["role"], assistant["role"]) == ("user", "assistant")
     assert user["content"].endswith(sums.INSTRUCTION)
     shown = int(extract_answer(assistant["content"]))
-    assert shown == 12 + 30
     train, test = sums.split_problems()
     assert shown not in {p.answer for p in train + test}
+
+
+def test_a_new_worked_example_is_a_new_cache_folder(asset_cache, monkeypatch):
+    """A file written with another example (or none) is never reused."""
+    from thinkrl.builtin import sums_parquet
+
+    quiet = {"log": lambda *_: None}
+    today = sums_parquet(**quiet)
+    monkeypatch.setattr(sums, "DEMONSTRATION", ())
+    without = sums_parquet(**quiet)
+    assert without != today
+    assert pq.read_table(without / "test.parquet").to_pylist()[0]["prompt"][0]["role"] == "user"
+    assert len(pq.read_table(without / "test.parquet").to_pylist()[0]["prompt"]) == 1
+
+
+def test_rows_hold_copies_of_the_worked_example():
+    from thinkrl.data.prep.examples import Example, to_verl_rows
+
+    example = Example(question="What is 1 + 2?", ground_truth="3", data_source=sums.DATA_SOURCE, ability="math")
+    first, second = to_verl_rows([example, example], split="train", instruction=sums.INSTRUCTION,
+                                 demonstration=sums.DEMONSTRATION)
+    first["prompt"][0]["content"] = "changed"
+    assert second["prompt"][0] == sums.DEMONSTRATION[0] != first["prompt"][0]

@@ -3,7 +3,7 @@
 verl's RL parquet schema (as its examples/data_preprocess scripts write it):
 
     data_source   str                       picks the reward function
-    prompt        [{"role": "user", "content": question [+ " " + instruction]}]
+    prompt        [*worked example turns, {"role": "user", "content": question [+ " " + instruction]}]
     images        [{"bytes": ...}, ...] (image data sets only; `<image>` marks in the prompt)
     ability       str                       e.g. "math"
     reward_model  {"style": "rule", "ground_truth": str}
@@ -35,7 +35,7 @@ class Example:
 
 
 def to_verl_row(example: Example, *, split: str, index: int, instruction: str | None,
-                demonstration: Sequence[dict] = ()) -> dict:
+                demonstration: Sequence[dict]) -> dict:
     """The row of `example`; `instruction` (for the chat template; None for
     templates that carry their own) follows the question after a space, as in
     verl's preprocessing scripts. `demonstration`: chat messages placed before
@@ -43,7 +43,8 @@ def to_verl_row(example: Example, *, split: str, index: int, instruction: str | 
     content = example.question if instruction is None else f"{example.question} {instruction}"
     row = {
         "data_source": example.data_source,
-        "prompt": [*demonstration, {"role": "user", "content": content}],
+        # copies: rows must not share (and so edit) the caller's message dicts
+        "prompt": [*(dict(message) for message in demonstration), {"role": "user", "content": content}],
         "ability": example.ability,
         "reward_model": {"style": "rule", "ground_truth": example.ground_truth},
         "extra_info": {"split": split, "index": index, **example.original},
@@ -55,7 +56,8 @@ def to_verl_row(example: Example, *, split: str, index: int, instruction: str | 
 
 def to_verl_rows(examples: Sequence[Example], *, split: str, instruction: str | None,
                  demonstration: Sequence[dict] = ()) -> list[dict]:
-    """The rows of one split, indexed from 0 in order (see `to_verl_row`)."""
+    """The rows of one split, indexed from 0 in order (see `to_verl_row`);
+    no worked example unless `demonstration` gives one."""
     return [to_verl_row(example, split=split, index=index, instruction=instruction,
                         demonstration=demonstration)
             for index, example in enumerate(examples)]
