@@ -17,9 +17,9 @@ Why the worked example (docs/benchmarks.md has the measurements):
   of three to copy the question onto the line ("#### 7 + 6 = 13", read as
   7): a reward hack.
 - With it, before training, 56% of the samples and 43 of the 64 held-out
-  greedy answers are right; the other greedy answers hold the right sum but no line. The
-  example's sum (12 + 30 = 42) is no answer of this task (2 to 18), so a
-  policy that copies the example's line is never paid; an earlier
+  greedy answers are right; the other greedy answers hold the right sum but
+  no line. The example's sum (12 + 30 = 42) is no answer of this task (2 to
+  18), so a policy that copies the example's line is never paid; an earlier
   instruction that said `for example "#### 7"` was copied under every
   question and paid for the 6 of 64 held-out sums that are 7.
 """
