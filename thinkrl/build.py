@@ -7,6 +7,7 @@ the driver (`thinkrl.trainer`) only ever sees a run that can start.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from thinkrl.config.inactive import inactive_settings
 from thinkrl.config.loading import config_to_dict
 from thinkrl.data.dataset import PromptLoader
 from thinkrl.data.images import check_image_backend
+from thinkrl.data.mixture import MixtureLoader, source_weights
 from thinkrl.metrics import MetricsLog
 from thinkrl.parallel.device import synchronizer
 from thinkrl.preflight import check_backend, check_model
@@ -38,7 +40,9 @@ from thinkrl.reward_watch import FailureBreaker, ZeroRewardWatch
 from thinkrl.rewards.scorer import RewardScorer
 from thinkrl.run import Roles, Run, RunSpec, RunState, StepSettings
 from thinkrl.stages.sampling import Draw, OverlongPenalty, build_sampler
-from thinkrl.tools.setup import chat_kwargs_with_tools, run_tools, with_tool_loop
+from thinkrl.envs.routing import SINGLE_TURN, EnvRouter
+from thinkrl.envs.setup import check_rows, needs_loop, run_router, with_env_loop
+from thinkrl.tools.setup import chat_kwargs_with_tools, run_tools
 from thinkrl.workers.group import LocalGroup
 from thinkrl.workers.policy_rank import RankSpec
 
@@ -77,24 +81,43 @@ def _assemble(cfg: Config, sizes: DerivedSizes, *, log=print) -> Run:
     val_prompts = prompt_set(cfg, tokenizer, files=data.val_files, key="data.val_files",
                              template=data.val_template or data.template, log=log, chat_kwargs=chat)
     check_image_backend(cfg, train_prompts + val_prompts)  # images: local backend only
+    router = run_router(cfg, tools)  # a broken environment or interaction file stops the run here
+    try:
+        return _assemble_with(cfg, sizes, router, train_prompts=train_prompts, val_prompts=val_prompts,
+                              tokenizer=tokenizer, model_path=model_path, chat=chat, log=log)
+    except BaseException:
+        router.close()
+        raise
+
+
+def _assemble_with(cfg: Config, sizes: DerivedSizes, router: EnvRouter, *, train_prompts, val_prompts,
+                   tokenizer, model_path: str, chat: dict, log) -> Run:
+    environments = check_rows(router, [p.sample for p in train_prompts], key="data.train_files", log=log)
+    for name, rows in check_rows(router, [p.sample for p in val_prompts], key="data.val_files", log=log).items():
+        environments[name] = environments.get(name, 0) + rows
+    if needs_loop(environments) and cfg.async_training.mode != "off":
+        raise ValueError(f"async_training.mode={cfg.async_training.mode}: rows talk to environments "
+                         f"({', '.join(sorted(n for n in environments if n != SINGLE_TURN))}), which the "
+                         "rollout process does not run yet: set async_training.mode=off")
     reward = RewardScorer.from_config(cfg)  # a bad custom reward file stops the run here
-    # An unknown data_source stops the run here, not at step 1.
-    reward.check_sources(p.sample.data_source for p in train_prompts + val_prompts)
-    train_loader = PromptLoader(train_prompts, batch_size=generation_batch_size(cfg),
-                                shuffle=data.shuffle, seed=data.seed,
-                                pad_token_id=tokenizer.pad_token_id)
+    # An unknown data_source stops the run here, not at step 1 (rows an environment scores need none).
+    reward.check_sources(p.sample.data_source for p in train_prompts + val_prompts
+                         if not router.owns_reward(p.sample))
+    train_loader = prompt_loader(cfg, train_prompts, pad_token_id=tokenizer.pad_token_id, log=log)
     total_steps = total_training_steps(cfg, batches_per_epoch=train_loader.batches_per_epoch)
     with_reference = cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
     rank_spec = RankSpec.of_model(cfg, sizes, model_path, tokenizer, total_steps=total_steps,
                                   with_reference=with_reference)
     roles = build_roles(rank_spec, log=log)
+    roles = dataclasses.replace(roles, close=functools.partial(_close_all, roles.close, router.close))
     if cfg.actor_rollout_ref.model.lora_rank > 0 and cfg.actor_rollout_ref.rollout.name == "vllm":
         from thinkrl.rollout.vllm_lora import adapter_serving
         log(f"note: {adapter_serving(cfg)[1]}; attested at every sync")
-    if tools is not None:  # every generate call (training and validation) runs the tool loop
-        roles = dataclasses.replace(roles, engine=with_tool_loop(
-            cfg, roles.engine, tokenizer=tokenizer, runner=tools,
-            eos_token_ids=list(rank_spec.eos_token_ids)))
+    if needs_loop(environments):  # every generate call (training and validation) runs the loop
+        log(f"environments: {', '.join(f'{name} ({rows} rows)' for name, rows in sorted(environments.items()))}")
+        roles = dataclasses.replace(roles, engine=with_env_loop(
+            cfg, roles.engine, tokenizer=tokenizer, router=router,
+            eos_token_ids=list(rank_spec.eos_token_ids), chat_kwargs=chat))
     try:  # the workers hold processes (and devices) until closed
         run_dir = _run_dir(cfg)
         resume_from = checkpoint_to_resume(cfg.trainer, run_dir, log=log)
@@ -126,6 +149,31 @@ def _assemble(cfg: Config, sizes: DerivedSizes, *, log=print) -> Run:
         run.close()
         raise
     return run
+
+
+def prompt_loader(cfg: Config, prompts: list, *, pad_token_id: int, log=print) -> PromptLoader:
+    """Seeded batches of the training prompts; in data.mixture's proportions when it is set."""
+    data, size = cfg.data, generation_batch_size(cfg)
+    if not data.mixture:
+        return PromptLoader(prompts, batch_size=size, shuffle=data.shuffle, seed=data.seed,
+                            pad_token_id=pad_token_id)
+    sources = sorted({p.sample.data_source for p in prompts})
+    weights = source_weights(data.mixture, sources, log=log)
+    log("data.mixture: " + ", ".join(f"{s} {w:.3f}" for s, w in weights.items()))
+    return MixtureLoader(prompts, weights=weights, batch_size=size, shuffle=data.shuffle, seed=data.seed,
+                         pad_token_id=pad_token_id)
+
+
+def _close_all(*closers) -> None:
+    """Call every closer, even when one raises (the first error is raised after)."""
+    errors = []
+    for close in closers:
+        try:
+            close()
+        except BaseException as err:  # noqa: PERF203 - each must run
+            errors.append(err)
+    if errors:
+        raise errors[0]
 
 
 def step_settings(cfg: Config, sizes: DerivedSizes) -> StepSettings:

@@ -32,18 +32,15 @@ from thinkrl.data.dataset import Prompt, batches
 from thinkrl.generations import Generation, generations_from_rollouts
 from thinkrl.records import FINISH_LENGTH, Rollouts
 from thinkrl.rewards.scorer import RewardScorer
-from thinkrl.rewards.scoring import decode_responses
+from thinkrl.rewards.scoring import decode_responses, is_correct as correct_score, score_rollouts
 from thinkrl.rollout.base import RolloutEngine, SamplingParams
 from thinkrl.run import RunSpec
 
-CORRECT_SCORE = 1.0
-
-
 def is_correct(generation: Generation) -> bool:
     """The scorer's accuracy part when it reports one (r1), else the score,
-    at least CORRECT_SCORE."""
-    value = generation.score if generation.accuracy is None else generation.accuracy
-    return value >= CORRECT_SCORE
+    at least CORRECT_SCORE (`thinkrl.rewards.scoring.is_correct`)."""
+    return correct_score(generation.score,
+                         None if generation.accuracy is None else {"accuracy": generation.accuracy})
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,10 +127,11 @@ def score_generations(rollouts: Rollouts, tokenizer, *, reward: RewardScorer,
     whose scorer failed or timed out). The only place evaluation calls the
     reward code."""
     texts = decode_responses(rollouts, tokenizer)
-    scored = reward.score(texts, rollouts.samples)
+    scored = score_rollouts(reward, rollouts, texts)
     generations = generations_from_rollouts(rollouts, texts=texts, scores=scored.scores.tolist(),
                                             prompt_offset=prompt_offset, parts=scored.parts)
-    return generations, scored.errors + scored.timeouts
+    failures = sum(f is not None for f in rollouts.turns.failures) if rollouts.turns else 0
+    return generations, scored.errors + scored.timeouts + failures
 
 
 def evaluate(engine: RolloutEngine, prompts: Sequence[Prompt], *, tokenizer,

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from thinkrl.atomic import atomic_path
-from thinkrl.records import Rollouts, Sample
+from thinkrl.records import SINGLE_TURN, Rollouts, Sample
 
 KINDS = ("train", "val")
 
@@ -42,6 +42,12 @@ class Generation:
     answer, whatever the format); None when the score is all there is."""
     images: tuple[str, ...] = ()
     """Thumbnails of the prompt's images (PNG data URIs), for the report."""
+    environment: str = SINGLE_TURN
+    """The environment the response talked to."""
+    turns: int = 2
+    """verl's num_turns: the prompt's, the model's and the environment's turns."""
+    env_failure: str | None = None
+    """The kind of environment failure that ended it (then it scored 0)."""
 
 
 def generations_from_rollouts(rollouts: Rollouts, *, texts: Sequence[str],
@@ -59,14 +65,19 @@ def generations_from_rollouts(rollouts: Rollouts, *, texts: Sequence[str],
     groups = rollouts.group_ids.tolist()
     accuracies = [p.get("accuracy") for p in parts] if parts else [None] * len(texts)
     thumbnails = Thumbnails()
+    turns = rollouts.turns
+    environments = turns.environments if turns else [SINGLE_TURN] * len(texts)
+    counts = ((turns.assistant_turns + turns.env_turns + 1).tolist() if turns else [2] * len(texts))
+    failures = turns.failures if turns else [None] * len(texts)
     return [Generation(data_source=sample.data_source, prompt=sample.prompt_text,
                        response=text, ground_truth=sample.ground_truth, score=float(score),
                        response_length=int(length), finish_reason=reason,
                        prompt_index=prompt_offset + int(group), row=sample.index,
-                       accuracy=accuracy, images=thumbnails.of(sample))
-            for sample, text, score, length, reason, group, accuracy
+                       accuracy=accuracy, images=thumbnails.of(sample), environment=environment,
+                       turns=int(count), env_failure=failure)
+            for sample, text, score, length, reason, group, accuracy, environment, count, failure
             in zip(rollouts.samples, texts, scores, lengths, rollouts.finish_reasons, groups,
-                   accuracies)]
+                   accuracies, environments, counts, failures)]
 
 
 class Thumbnails:

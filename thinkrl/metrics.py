@@ -75,19 +75,66 @@ def rollout_metrics(rollouts: Rollouts, *, scores: Tensor, rewards: Tensor,
 
 
 def turn_metrics(rollouts: Rollouts) -> dict[str, float]:
-    """Multi-turn responses: num_turns (verl's: the prompt's turn, the
-    assistant's and the tools'), tool calls and failed calls per response, tool seconds, and the
-    share of response tokens that the tools wrote (masked out of the loss); timing_s/tool_calls, the
-    seconds of every call summed (they overlap: not wall time)."""
+    """Conversations: num_turns (verl's: the prompt's turn, the model's and the
+    environment's), the share of response tokens an environment wrote (masked
+    out of the loss), timing_s/env (the wall time the batch waited on
+    environments); with tools, calls and failed calls per response and
+    timing_s/tool_calls (every call's seconds summed: they overlap)."""
     turns = rollouts.turns
-    tool_tokens = (rollouts.trajectory_mask.sum() - rollouts.response_mask.sum()).item()
-    return {**_stats("num_turns", turns.assistant_turns + turns.tool_turns + 1),
-            **_stats("multi_turn/assistant_turns", turns.assistant_turns),
-            **_stats("multi_turn/tool_calls", turns.tool_calls),
-            "multi_turn/tool_errors": float(turns.tool_errors.sum()),
-            "multi_turn/tool_error_ratio": float(turns.tool_errors.sum() / turns.tool_calls.sum().clamp(min=1)),
-            "timing_s/tool_calls": float(turns.tool_seconds.sum()),  # summed: calls overlap
-            "multi_turn/tool_token_ratio": tool_tokens / max(1.0, rollouts.trajectory_mask.sum().item())}
+    env_tokens = (rollouts.trajectory_mask.sum() - rollouts.response_mask.sum()).item()
+    metrics = {**_stats("num_turns", turns.assistant_turns + turns.env_turns + 1),
+               **_stats("multi_turn/assistant_turns", turns.assistant_turns),
+               "multi_turn/env_token_ratio": env_tokens / max(1.0, rollouts.trajectory_mask.sum().item()),
+               "timing_s/env": float(turns.env_wall.sum())}
+    if any("tool_calls" in m for m in turns.metrics):
+        calls = torch.tensor([m.get("tool_calls", 0.0) for m in turns.metrics])
+        errors = sum(m.get("tool_errors", 0.0) for m in turns.metrics)
+        metrics.update({**_stats("multi_turn/tool_calls", calls), "multi_turn/tool_errors": float(errors),
+                        "multi_turn/tool_token_ratio": metrics["multi_turn/env_token_ratio"],
+                        "multi_turn/tool_error_ratio": float(errors / max(1.0, float(calls.sum()))),
+                        "timing_s/tool_calls": sum(m.get("tool_seconds", 0.0) for m in turns.metrics)})
+    return metrics
+
+
+def breakdown_metrics(rollouts: Rollouts, *, scores: Tensor,
+                      parts: list[dict[str, float]]) -> dict[str, float]:
+    """Per data source (``task/<ds>/...``) and, for conversations, per
+    environment (``env/<name>/...``): share of the batch, reward, accuracy,
+    response length; for environments also turns, failures (all kinds and
+    per kind), the environment's own counts, and timing_s/env/<name> (its
+    calls' seconds per response)."""
+    from thinkrl.rewards.scoring import is_correct
+
+    correct = torch.tensor([float(is_correct(float(s), p)) for s, p in
+                            zip(scores.tolist(), parts or [None] * len(scores))])
+    lengths = rollouts.response_lengths.float()
+    metrics: dict[str, float] = {}
+
+    def group(prefix: str, rows: list[int]) -> Tensor:
+        index = torch.tensor(rows, dtype=torch.long)
+        metrics[f"{prefix}/share"] = len(rows) / len(rollouts)
+        metrics[f"{prefix}/reward/mean"] = float(scores[index].mean())
+        metrics[f"{prefix}/acc/mean"] = float(correct[index].mean())
+        metrics[f"{prefix}/response_length/mean"] = float(lengths[index].mean())
+        return index
+
+    for source in sorted({s.data_source for s in rollouts.samples}):
+        group(f"task/{source}", [i for i, s in enumerate(rollouts.samples) if s.data_source == source])
+    turns = rollouts.turns
+    if turns is None:
+        return metrics
+    for name in sorted(set(turns.environments)):
+        rows = [i for i, e in enumerate(turns.environments) if e == name]
+        index, prefix = group(f"env/{name}", rows), f"env/{name}"
+        metrics[f"{prefix}/turns/mean"] = float((turns.assistant_turns + turns.env_turns + 1)[index].float().mean())
+        metrics[f"timing_s/env/{name}"] = float(turns.env_seconds[index].mean())  # per response
+        failures = [turns.failures[i] for i in rows if turns.failures[i] is not None]
+        metrics[f"{prefix}/errors"] = float(len(failures))
+        for kind in sorted(set(failures)):
+            metrics[f"{prefix}/errors/{kind}"] = float(failures.count(kind))
+        for key in sorted({k for i in rows for k in turns.metrics[i]}):
+            metrics[f"{prefix}/{key}/mean"] = sum(turns.metrics[i].get(key, 0.0) for i in rows) / len(rows)
+    return metrics
 
 
 def throughput_metrics(rollouts: Rollouts, *, step_seconds: float, world_size: int) -> dict:

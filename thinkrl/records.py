@@ -30,6 +30,9 @@ class Sample:
     """Row number in its data file, for error messages and sample logs."""
     images: tuple = ()
     """The row's images as stored (bytes or paths), for thumbnails in generation logs."""
+    messages: tuple = ()
+    """The row's prompt as chat messages, before the template (what verl's
+    interactions read as the start of the conversation)."""
 
 
 @dataclass(slots=True)
@@ -117,26 +120,66 @@ class PromptBatch:
                            None if self.model_inputs is None else self.model_inputs.select(rows))
 
 
+SINGLE_TURN = "single_turn_agent"
+"""The environment of a row that talks to none: one turn (verl's agent name)."""
+
 FINISH_STOP = "stop"  # the model wrote EOS
 FINISH_LENGTH = "length"  # hit max_response_length
 
 
 @dataclass(slots=True)
 class TurnStats:
-    """What the turns of multi-turn responses did, per response [N]."""
+    """What the conversation of each response did, per response [N]
+    (`thinkrl.envs.loop`): which environment it talked to, its turns, the
+    environment's rewards and failures."""
 
+    environments: list[str]
+    """[N] the environment's name (SINGLE_TURN for one turn)."""
     assistant_turns: Tensor  # [N] long: turns the model generated
-    tool_turns: Tensor  # [N] long: tool messages put into the response
-    tool_calls: Tensor  # [N] long: tool calls parsed from its turns
-    tool_errors: Tensor  # [N] long: calls that failed (bad call, tool error, time-out)
-    tool_seconds: Tensor  # [N] float: wall time of the response's tool calls
+    env_turns: Tensor  # [N] long: environment turns (tool results, user replies) put into the response
+    env_seconds: Tensor  # [N] float: time of the response's environment calls (they overlap)
+    env_wall: Tensor
+    """[N] float: each round of environment calls' wall time split evenly over the
+    responses in it; the sum is the time the batch waited on its environments."""
+    env_rewards: Tensor  # [N] float: the sum of its environment's step rewards
+    env_scored: Tensor  # [N] bool: that sum is the response's score (the environment owns the reward)
+    turn_rewards: list[list[float]]
+    """[N] each step's reward, in order (verl's turn_scores for the reward function)."""
+    failures: list[str | None]
+    """[N] the kind of environment failure that ended the response (raised,
+    timeout, invalid, crashed), None when there was none: it scores 0."""
+    metrics: list[dict[str, float]]
+    """[N] the environment's named counts, summed over its steps (tool_calls, ...)."""
+
+    def __len__(self) -> int:
+        return len(self.environments)
 
     def select(self, rows: Tensor | slice) -> "TurnStats":
-        return TurnStats(*(getattr(self, name)[rows] for name in self.__slots__))
+        index = range(len(self))[rows] if isinstance(rows, slice) else rows.tolist()
+        return TurnStats(*(getattr(self, name)[rows] if isinstance(getattr(self, name), Tensor)
+                           else [getattr(self, name)[i] for i in index] for name in self.__slots__))
 
     @classmethod
     def concat(cls, parts: list["TurnStats"]) -> "TurnStats":
-        return cls(*(torch.cat([getattr(p, name) for p in parts]) for name in cls.__slots__))
+        def joined(name: str):
+            values = [getattr(p, name) for p in parts]
+            return torch.cat(values) if isinstance(values[0], Tensor) else [v for part in values for v in part]
+        return cls(*(joined(name) for name in cls.__slots__))
+
+    @classmethod
+    def single_turn(cls, rows: int) -> "TurnStats":
+        """`rows` responses of one turn each, with no environment."""
+        return cls([SINGLE_TURN] * rows, torch.ones(rows, dtype=torch.long),
+                   torch.zeros(rows, dtype=torch.long), torch.zeros(rows), torch.zeros(rows), torch.zeros(rows),
+                   torch.zeros(rows, dtype=torch.bool), [[] for _ in range(rows)], [None] * rows,
+                   [{} for _ in range(rows)])
+
+
+def concat_turns(parts: list["Rollouts"]) -> TurnStats | None:
+    """The parts' turn records as one (a part without one: one turn per response)."""
+    if all(p.turns is None for p in parts):
+        return None
+    return TurnStats.concat([p.turns if p.turns is not None else TurnStats.single_turn(len(p)) for p in parts])
 
 
 Sequences = tuple[Tensor, Tensor, Tensor]
@@ -163,7 +206,8 @@ class Rollouts:
     (the model reads them; `response_mask` has 0 there, so no loss or KL
     falls on them); None: one turn, where it equals `response_mask`."""
     turns: TurnStats | None = None
-    """Multi-turn responses: turns and tool calls per response; None for one turn."""
+    """Responses of an environment loop: their environments, turns and
+    environment rewards; None when no environment took part (one turn each)."""
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -200,8 +244,7 @@ class Rollouts:
                           if any(p.model_inputs is not None for p in parts) else None),
             response_attention=(torch.cat([pad(p.trajectory_mask, 0) for p in parts])
                                 if any(p.response_attention is not None for p in parts) else None),
-            turns=(TurnStats.concat([p.turns for p in parts])
-                   if all(p.turns is not None for p in parts) else None))
+            turns=concat_turns(parts))
 
     def select(self, rows: Tensor) -> "Rollouts":
         """The responses at `rows` (a LongTensor), widths unchanged."""

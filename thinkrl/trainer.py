@@ -22,7 +22,7 @@ from thinkrl.config import Config
 from thinkrl.evaluation import run_validation
 from thinkrl.generations import log_train_generations, log_val_generations
 from thinkrl.guard import DivergenceGuard
-from thinkrl.metrics import StageTimer, rollout_metrics, throughput_metrics
+from thinkrl.metrics import StageTimer, breakdown_metrics, rollout_metrics, throughput_metrics
 from thinkrl.run import Progress, Run
 from thinkrl.stages.advantages import compute_advantages, rollout_drift, shaped_rewards
 from thinkrl.stages.critic import actor_updates, critic_values, update_critic
@@ -141,6 +141,7 @@ def train_step(run: Run, step: int) -> dict[str, float]:
             step, with_critic=roles.critic is not None, critic_warmup=settings.critic_warmup))
     return {**actor_metrics, **critic_metrics, **kl_metrics, **drift_metrics, **timer.metrics(),
             **rollout_metrics(rollouts, scores=scored.scores, rewards=rewards, advantages=advantages),
+            **breakdown_metrics(rollouts, scores=scored.scores, parts=scored.parts),
             **throughput_metrics(rollouts, step_seconds=timer.seconds["step"],
                                  world_size=spec.sizes.world_size),
             # streaming rollout's sampler gives the epoch its batch was drawn in (the trainer's loader stands still)

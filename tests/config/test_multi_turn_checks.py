@@ -13,15 +13,17 @@ MT = "actor_rollout_ref.rollout.multi_turn"
 def test_bad_multi_turn_values_are_listed_with_the_fix():
     cfg = load_config("tiny", [f"{MT}.enable=True", f"{MT}.format=xml", f"{MT}.tool_response_truncate_side=top",
                                f"{MT}.max_assistant_turns=0", f"{MT}.max_parallel_calls=0",
-                               f"{MT}.tool_timeout_s=0", f"{MT}.interaction_config_path=users.yaml",
-                               "async_training.mode=one_step_off", "async_training.partial_rollout=False"])
+                               f"{MT}.tool_timeout_s=0", "env.step_timeout_s=0", "env.concurrency=0",
+                               "+data.mixture.a=-1", "async_training.mode=one_step_off",
+                               "async_training.partial_rollout=False"])
     with pytest.raises(ValueError) as err:
         validate(cfg)
     text = str(err.value)
     for expected in (f"{MT}.format=xml: use one of: hermes", "tool_response_truncate_side=top: use one of: left",
                      "max_assistant_turns=0: must be a whole number >= 1, or null",
-                     "max_parallel_calls=0", "tool_timeout_s=0", "interaction_config_path=users.yaml",
-                     "does not run the tool loop yet"):
+                     "max_parallel_calls=0", "tool_timeout_s=0", "env.step_timeout_s=0.0: must be > 0",
+                     "env.concurrency=0", "data.mixture.a=-1: give a weight >= 0",
+                     "does not run tools or environments yet"):
         assert expected in text, text
 
 

@@ -15,8 +15,10 @@ from thinkrl.models.forward import response_logprobs
 from thinkrl.records import PromptBatch, Sample
 from thinkrl.rollout.base import SamplingParams
 from thinkrl.rollout.native import NativeEngine
-from thinkrl.rollout.tool_loop import ToolRollout, TurnLimits
-from thinkrl.rollout.tool_turns import ToolTurnTokens
+from thinkrl.envs.loop import EnvRollout, LoopLimits
+from thinkrl.envs.routing import TOOL_AGENT, EnvRouter
+from thinkrl.envs.tool_env import ToolEnvironment, ToolLimits
+from thinkrl.envs.turn_tokens import TurnTokens
 from thinkrl.tools.calculator import Calculator
 from thinkrl.tools.registry import Tool, ToolRunner
 
@@ -46,11 +48,12 @@ def test_sampled_ids_and_logprobs_survive_every_turn_boundary(calc_model):
     eos = tokenizer.eos_token_id
     engine = Recording(NativeEngine(model, eos_token_ids=[eos], pad_token_id=tokenizer.pad_token_id, seed=3))
     calculator = Calculator()
-    rollout = ToolRollout(engine, tokenizer=tokenizer,
-                          runner=ToolRunner([Tool("calculator", calculator.schema, calculator.execute)],
-                                            concurrency=4, timeout_s=5),
-                          turn_tokens=ToolTurnTokens(tokenizer, end_of_turn_ids=[eos]),
-                          limits=TurnLimits(max_assistant_turns=3), eos_token_ids=[eos])
+    runner = ToolRunner([Tool("calculator", calculator.schema, calculator.execute)], concurrency=4, timeout_s=5)
+    router = EnvRouter(named={}, by_data_source={}, default=TOOL_AGENT, builtins={},
+                       wrap_tools=lambda inner: ToolEnvironment(runner, ToolLimits(), inner=inner))
+    rollout = EnvRollout(engine, tokenizer=tokenizer, router=router,
+                         turn_tokens=TurnTokens(tokenizer, end_of_turn_ids=[eos]),
+                         limits=LoopLimits(max_assistant_turns=3), eos_token_ids=[eos])
     _, problems = calc.split_problems(train=10, test=6)
     texts = [tokenizer.apply_chat_template([{"role": "user", "content": calc.prompt_text(p)}],
                                            tokenize=False, add_generation_prompt=True) for p in problems]

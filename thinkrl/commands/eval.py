@@ -134,7 +134,8 @@ def run_eval(cfg, *, log=print):
     from thinkrl.preflight import check_model
     from thinkrl.rollout.vllm_checks import engine_parallel_problem
     from thinkrl.rewards.scorer import RewardScorer
-    from thinkrl.tools.setup import chat_kwargs_with_tools, run_tools, with_tool_loop
+    from thinkrl.envs.setup import check_rows, needs_loop, run_router, with_env_loop
+    from thinkrl.tools.setup import chat_kwargs_with_tools, run_tools
     from thinkrl.workers.group import LocalGroup
     from thinkrl.workers.handles import EngineHandle
     from thinkrl.workers.policy_rank import RankSpec
@@ -147,16 +148,20 @@ def run_eval(cfg, *, log=print):
     if problem is not None:
         raise SetupError(*problem)
     tokenizer = run_tokenizer(cfg, model_path)
-    tools = run_tools(cfg)  # rollout.multi_turn: the tool loop, as training runs it
-    prompts = eval_prompts(cfg, tokenizer, model_path, log=log, chat_kwargs=chat_kwargs_with_tools(cfg, tools))
+    tools = run_tools(cfg)  # rollout.multi_turn and environments, as training runs them
+    chat = chat_kwargs_with_tools(cfg, tools)
+    prompts = eval_prompts(cfg, tokenizer, model_path, log=log, chat_kwargs=chat)
+    router = run_router(cfg, tools)
+    counts = check_rows(router, [p.sample for p in prompts], key="--data", log=log)
     reward = RewardScorer.from_config(cfg)
-    reward.check_sources(p.sample.data_source for p in prompts)  # before any generation
+    # before any generation; rows an environment scores need no reward function
+    reward.check_sources(p.sample.data_source for p in prompts if not router.owns_reward(p.sample))
     sizes = eval_sizes(cfg, model_path, longest=max(len(p.ids) for p in prompts), log=log)
     group = LocalGroup(RankSpec.of_model(cfg, sizes, model_path, tokenizer, total_steps=1))
     engine = EngineHandle(group, own_weights=cfg.actor_rollout_ref.rollout.name != "native")
-    if tools is not None:
-        engine = with_tool_loop(cfg, engine, tokenizer=tokenizer, runner=tools,
-                                eos_token_ids=list(group.rank.spec.eos_token_ids))
+    if needs_loop(counts):
+        engine = with_env_loop(cfg, engine, tokenizer=tokenizer, router=router,
+                               eos_token_ids=list(group.rank.spec.eos_token_ids), chat_kwargs=chat)
     sampling = validation_sampling(cfg, max_tokens=sizes.response_length)
     batch_size = val_batch_size(cfg, len(prompts))
     log(f"evaluating {len(prompts)} prompts x {sampling.n} responses "
@@ -169,6 +174,7 @@ def run_eval(cfg, *, log=print):
                               reward=reward, batch_size=batch_size,
                               on_batch=lambda done, total: log(f"  {done}/{total} prompts"))
     finally:
+        router.close()
         group.close()
     return result, eval_settings(cfg, model_path, sampling, batch_size=batch_size,
                                  device=group.rank.device)
@@ -317,7 +323,7 @@ def write_outputs(out: Path, result, settings: dict) -> None:
 def format_table(result) -> str:
     """One row per data source: prompts, samples, mean@n, accuracy, pass@k,
     mean response length, clip ratio."""
-    from thinkrl.evaluation import CORRECT_SCORE
+    from thinkrl.rewards.scoring import CORRECT_SCORE
 
     n = result.n
     ks = sorted({k for s in result.summaries for k in s.pass_at})

@@ -7,7 +7,11 @@ Sources: gsm8k (jsonl, parquet or a Hugging Face folder with question/answer),
 geo3k (Geometry3K's Hugging Face parquet: images, problem, answer; verl's rows),
 math (MATH / MATH-500 jsonl), orz (Open-Reasoner-Zero training or eval JSON),
 jsonl (any file: name the fields and --data-source), builtin (the built-in
-arithmetic task; no --input).
+arithmetic task; no --input), reasoning-gym (procedural tasks of the
+reasoning-gym package, generated here: --tasks, --size, --test-size, --seed,
+--config, --shots; no --input; scored by the package's own scorers),
+textarena (single-player games, one row per game: --games, --size,
+--test-size, --seed; the game scores each rollout).
 
 Use the same --template here as data.template in training: with `chat` the
 source's instruction ("Let's think step by step ...") is appended to each
@@ -23,6 +27,8 @@ Examples:
   thinkrl prep gsm8k --input ../shared/data/gsm8k --output data/gsm8k
   thinkrl prep math --input math500/test.jsonl --output data/math500 --template qwen_r1 --show 2
   thinkrl prep orz --input aime2024.json --split test --output data/aime
+  thinkrl prep reasoning-gym --tasks chain_sum,leg_counting --size 500 --test-size 50 --output data/rg
+  thinkrl prep textarena --games GuessTheNumber-v0 --size 200 --test-size 32 --output data/games
 """
 
 from __future__ import annotations
@@ -33,6 +39,9 @@ from thinkrl.commands.common import command_parser
 
 
 from thinkrl.data.prep import SOURCES
+
+GYM = "reasoning-gym"
+ARENA = "textarena"
 from thinkrl.data.templates import TEMPLATES
 
 DEFAULT_TOKENIZER = "builtin:tiny-qwen2"
@@ -41,7 +50,7 @@ DEFAULT_TOKENIZER = "builtin:tiny-qwen2"
 def add_parser(sub) -> None:
     parser = command_parser(sub, "prep", doc=__doc__,
                             help="convert a data set into verl parquet files")
-    parser.add_argument("source", choices=SOURCES, nargs="?",
+    parser.add_argument("source", choices=(*SOURCES, GYM, ARENA), nargs="?",
                         help="which kind of data set (none with --mindspeed-config)")
     parser.add_argument("--mindspeed-config", metavar="FILE",
                         help="a MindSpeed-RL dataset config (configs/datasets/*.yaml) to follow")
@@ -68,6 +77,16 @@ def add_parser(sub) -> None:
     jsonl.add_argument("--answer-field", help="default: answer")
     jsonl.add_argument("--ability", default="math", help="default: math")
     jsonl.add_argument("--instruction", help="sentence appended to each question (chat template)")
+    gym = parser.add_argument_group("reasoning-gym and textarena sources (generated here, no --input)")
+    gym.add_argument("--tasks", help="comma-separated reasoning-gym task names, e.g. chain_sum,leg_counting")
+    gym.add_argument("--games", help="comma-separated textarena game ids, e.g. GuessTheNumber-v0")
+    gym.add_argument("--size", type=int, default=1000, help="training rows per task or game (default 1000)")
+    gym.add_argument("--test-size", type=int, default=100, help="held-out rows per task or game (default 100)")
+    gym.add_argument("--seed", type=int, default=1, help="generator seed (default 1)")
+    gym.add_argument("--config", metavar="JSON_OR_FILE",
+                     help="generator settings: {task: {key: value}} or one object for every task")
+    gym.add_argument("--shots", type=int, default=0,
+                     help="worked examples of the task shown before each question (default 0)")
 
 
 def run(args) -> int:
@@ -77,6 +96,8 @@ def run(args) -> int:
         raise ValueError(f"--show {args.show}: give a count >= 0")
     if args.mindspeed_config:
         return _run_mindspeed(args)
+    if args.source in (GYM, ARENA):
+        return _run_generated(args)
     if args.source is None:
         raise ValueError("thinkrl prep needs a SOURCE (" + ", ".join(SOURCES) + ") or "
                          "--mindspeed-config FILE")
@@ -97,6 +118,42 @@ def run(args) -> int:
         print(f"{item.split}: {item.rows} rows -> {item.path}")
     if args.show:
         show_prompts(written, template=args.template, count=args.show,
+                     tokenizer_path=args.tokenizer or DEFAULT_TOKENIZER)
+    return 0
+
+
+def _run_generated(args) -> int:
+    """`thinkrl prep reasoning-gym` / `thinkrl prep textarena`: generate the rows and write them."""
+    from thinkrl.data.prep import write_splits
+
+    wanted = "--tasks T1,T2" if args.source == GYM else "--games G1,G2"
+    if args.input:
+        raise ValueError(f"thinkrl prep {args.source} generates its rows itself; drop --input")
+    if args.output is None or (args.tasks if args.source == GYM else args.games) is None:
+        raise ValueError(f"thinkrl prep {args.source} needs {wanted} and --output DIR")
+    if args.template != "chat":
+        raise ValueError(f"--template {args.template}: {args.source} rows are written for the chat "
+                         "template; drop --template")
+    if args.source == GYM:
+        from thinkrl.data.prep import reasoning_gym as gym
+
+        names = gym.parse_tasks(args.tasks)
+        rows = gym.generate(gym.GymRequest(tasks=names, size=args.size, test_size=args.test_size,
+                                           seed=args.seed, config=gym.parse_config(args.config, names),
+                                           shots=args.shots))
+    else:
+        from thinkrl.data.prep import textarena as arena
+
+        if args.config or args.shots:
+            raise ValueError("--config and --shots are for reasoning-gym; a textarena game is set by its id")
+        names = arena.parse_games(args.games)
+        rows = arena.generate(names, size=args.size, test_size=args.test_size, seed=args.seed)
+    written = write_splits(rows, output=args.output, overwrite=args.overwrite)
+    for item in written:
+        print(f"{item.split}: {item.rows} rows ({len(names)} {'task' if args.source == GYM else 'game'}(s)) "
+              f"-> {item.path}")
+    if args.show:
+        show_prompts(written, template="chat", count=args.show,
                      tokenizer_path=args.tokenizer or DEFAULT_TOKENIZER)
     return 0
 

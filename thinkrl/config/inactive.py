@@ -55,11 +55,11 @@ def _engine_notes(cfg: Config) -> Notes:
 def _multi_turn_notes(cfg: Config) -> Notes:
     if cfg.actor_rollout_ref.rollout.multi_turn.enable:
         return []
-    keys = ("max_assistant_turns", "max_user_turns", "tool_config_path", "max_parallel_calls",
-            "max_tool_response_length", "tool_response_truncate_side", "format", "tool_concurrency",
-            "tool_timeout_s")
+    # max_assistant_turns / max_user_turns and the interaction file apply to every environment
+    keys = ("tool_config_path", "max_parallel_calls", "max_tool_response_length",
+            "tool_response_truncate_side", "format", "tool_concurrency", "tool_timeout_s")
     return [(tuple(f"{_ROLLOUT}.multi_turn.{k}" for k in keys),
-             f"it configures the tool loop and {_ROLLOUT}.multi_turn.enable=False")]
+             f"it configures the tools and {_ROLLOUT}.multi_turn.enable=False")]
 
 
 def _async_notes(cfg: Config) -> Notes:

@@ -33,13 +33,31 @@ def multi_turn_problems(cfg: Config) -> list[str]:
             bad(key, getattr(mt, key), "must be a whole number >= 1")
     if mt.tool_timeout_s <= 0:
         bad("tool_timeout_s", mt.tool_timeout_s, "must be > 0 (seconds a tool call may take)")
-    if mt.interaction_config_path is not None:
-        bad("interaction_config_path", mt.interaction_config_path,
-            "simulated-user interactions are not supported: leave it null")
     # The rollout process neither runs the loop nor keeps response_attention
-    # and turns in its queue records (async_rollout/sampler.py, server.py).
-    if mt.enable and cfg.async_training.mode != "off":
+    # and turns in its queue records (async_rollout/sampler.py, server.py);
+    # rows routed to an environment by data source are caught when the run is built.
+    if (mt.enable or mt.interaction_config_path) and cfg.async_training.mode != "off":
         problems.append(f"  - async_training.mode={cfg.async_training.mode}: the rollout process "
-                        f"does not run the tool loop yet: set async_training.mode=off, or "
-                        f"{KEY}.enable=False")
+                        f"does not run tools or environments yet: set async_training.mode=off, or "
+                        f"{KEY}.enable=False and no interaction_config_path")
+    return problems + env_problems(cfg)
+
+
+def env_problems(cfg: Config) -> list[str]:
+    """``env.*`` and ``data.mixture``, one line per problem."""
+    env, problems = cfg.env, []
+    if env.step_timeout_s <= 0:
+        problems.append(f"  - env.step_timeout_s={shown(env.step_timeout_s)}: must be > 0 (seconds "
+                        "one environment call may take)")
+    if env.concurrency < 1:
+        problems.append(f"  - env.concurrency={shown(env.concurrency)}: must be a whole number >= 1")
+    for pattern, name in env.by_data_source.items():
+        if not isinstance(name, str) or not name:
+            problems.append(f"  - env.by_data_source.{pattern}={shown(name)}: give an environment name")
+    weights = cfg.data.mixture
+    for source, weight in weights.items():
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight >= 0:
+            problems.append(f"  - data.mixture.{source}={shown(weight)}: give a weight >= 0")
+    if weights and not any(isinstance(w, (int, float)) and w > 0 for w in weights.values()):
+        problems.append("  - data.mixture: every weight is 0; give at least one data source a weight > 0")
     return problems

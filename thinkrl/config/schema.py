@@ -20,6 +20,7 @@ from thinkrl.config.schema_async import AsyncTrainingConfig  # noqa: F401
 from thinkrl.config.schema_verl_async import FullyAsyncRolloutConfig  # noqa: F401
 from thinkrl.config.schema_critic import (  # noqa: F401
     CriticConfig, CriticModelConfig, CriticOptimConfig)
+from thinkrl.config.schema_env import EnvConfig  # noqa: F401
 
 
 FILTER_GROUPS_METRICS = ("acc", "score", "seq_reward", "seq_final_reward")
@@ -95,6 +96,10 @@ class DataConfig:
     gen_batch_size: int | None = None
     """PROMPTS per generation batch of DAPO's dynamic sampling (``algorithm.filter_groups``);
     None uses ``train_batch_size``. Used only when ``algorithm.filter_groups.enable``."""
+    mixture: dict[str, float] = field(default_factory=dict)
+    """thinkrl: sampling weight per data_source (or glob, e.g. ``reasoning_gym/*``) of the
+    training prompts: each batch holds the sources in these proportions (rounded per batch,
+    exact over steps); a source matched by no entry is left out. Empty: every prompt alike."""
 
 
 @dataclass
@@ -322,3 +327,5 @@ class Config:
     """Rollout on its own process, overlapping the update (verl's async recipes)."""
     rollout: FullyAsyncRolloutConfig = field(default_factory=FullyAsyncRolloutConfig)
     """verl's fully-async top-level ``rollout.*``: aliases of thinkrl's keys."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """thinkrl: environments of multi-turn rollouts (games, simulated users, tools)."""

@@ -17,10 +17,12 @@ class MultiTurnConfig:
     """Run the tool loop for every prompt (verl picks it per row with
     ``agent_name: tool_agent``; thinkrl's switch is this key)."""
     max_assistant_turns: int | None = None
-    """Turns the model may generate per response; None: until it stops
-    calling tools or the response is ``data.max_response_length`` long."""
+    """Turns the model may generate per response (any environment); None: until
+    the environment ends the conversation or the response is
+    ``data.max_response_length`` long."""
     max_user_turns: int | None = None
-    """Tool turns per response; None: no limit but the length."""
+    """Environment turns (tool rounds, user replies, game messages) per response;
+    None: no limit but the length."""
     tool_config_path: str | None = None
     """verl's tool file: ``tools:`` entries with ``class_name``, ``config``
     (``type: native``) and ``tool_schema`` (an OpenAI function schema).
@@ -36,7 +38,10 @@ class MultiTurnConfig:
     format: str = "hermes"
     """How tool calls are written: "hermes" (Qwen2.5's ``<tool_call>{json}</tool_call>``)."""
     interaction_config_path: str | None = None
-    """verl: simulated-user interactions (not supported; must stay None)."""
+    """verl's interaction file: an ``interaction:`` list of ``name``, ``class_name``,
+    ``config`` (simulated users, verl's ``BaseInteraction`` subclasses, run unchanged;
+    thinkrl environment classes too); a row talks to the one its
+    ``extra_info.interaction_kwargs.name`` names (thinkrl.envs.routing)."""
     tool_concurrency: int = 8
     """thinkrl: tool calls of a batch running at once."""
     tool_timeout_s: float = 10.0

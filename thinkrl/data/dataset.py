@@ -75,7 +75,8 @@ def load_prompts(files: str | list[str], tokenizer, *, key: str, prompt_key: str
             sample = Sample(data_source=row[reward_fn_key],
                             ground_truth=str(row["reward_model"]["ground_truth"]),
                             prompt_text=text, extra_info=dict(row.get("extra_info") or {}),
-                            index=index, images=pictures.values if pictures else ())
+                            index=index, images=pictures.values if pictures else (),
+                            messages=_messages(row[prompt_key]))
             prompts.append(Prompt(ids=ids, sample=sample, images=pictures))
     if too_long and not filter_overlong and truncation == "error":
         longest, path, index = max(too_long)
@@ -90,6 +91,13 @@ def load_prompts(files: str | list[str], tokenizer, *, key: str, prompt_key: str
     if not prompts:
         raise ValueError(f"{key}: no prompt is left after filtering; raise data.max_prompt_length")
     return prompts
+
+
+def _messages(prompt) -> tuple:
+    """The prompt's chat messages as plain dicts (a text prompt: none)."""
+    if not isinstance(prompt, (list, tuple)):
+        return ()
+    return tuple({k: v for k, v in dict(m).items() if v is not None} for m in prompt if isinstance(m, dict))
 
 
 def collate(prompts: list[Prompt], *, pad_token_id: int) -> PromptBatch:
@@ -164,6 +172,10 @@ class PromptLoader:
         return {"epoch": self.epoch, "position": self.position}
 
     def load_state_dict(self, state: dict) -> None:
+        if "cursor" in state:
+            raise ValueError("the checkpoint's data position was saved with data.mixture, which this run "
+                             "does not set; resume with the same data.mixture, or set "
+                             "trainer.resume_mode=disable")
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
 
 

@@ -1,4 +1,5 @@
-"""Data checks: files, schema, data_source -> reward, prompt template and lengths.
+"""Data checks: files, schema, environments, data_source -> reward, prompt
+template and lengths.
 
 Files are found and read by the same functions the run uses
 (`thinkrl.data.files.resolve_files`, `read_rows`), prompts are rendered by
@@ -15,6 +16,7 @@ from pathlib import Path
 from thinkrl.doctor.context import DoctorContext, NotChecked
 from thinkrl.doctor.core import CheckResult, fail, gib, ok, warn
 from thinkrl.errors import problem_and_fix
+from thinkrl.records import SINGLE_TURN, Sample
 
 SAMPLED_ROWS = 1000
 """Prompts rendered and tokenised per data set for the length check: evenly
@@ -154,10 +156,16 @@ def check_reward(ctx: DoctorContext) -> CheckResult:
         return ok("data/reward", f"every row is scored by the built-in {spec.scorer} scorer (reward.scorer)")
     sources = sorted({row[ctx.cfg.data.reward_fn_key] for key in KEYS for row in dataset_of(ctx, key).rows})
     try:
+        sources = [s for s in sources if s not in routing(ctx).scoring]  # a game scores its own rows
+    except ValueError:
+        pass  # data/environments reports it
+    try:
         spec.check_sources(sources)
     except ValueError as err:
         found, _, fix = str(err).partition(". ")
         return fail("data/reward", found, fix or str(err))
+    if not sources:
+        return ok("data/reward", "every row is scored by its environment")
     return ok("data/reward", "; ".join(f"{s} -> {scorer_name_for(s)}" for s in sources))
 
 
@@ -244,4 +252,49 @@ def check_tools(ctx: DoctorContext) -> CheckResult | list[CheckResult]:
     return ok("data/tools", f"tool loop on: {names}")
 
 
-CHECKS = [check_files, check_schema, check_reward, check_tools, check_template, check_prompt_length]
+@dataclass(frozen=True)
+class Routing:
+    rows: dict[str, int]
+    """environment -> rows (train and validation)."""
+    scoring: frozenset[str]
+    """data sources whose every row an environment scores."""
+
+
+def routing(ctx: DoctorContext) -> Routing:
+    """Resolve every row (ValueError as the run would raise it); the
+    environments are built for it and closed again."""
+    def compute() -> Routing:
+        from thinkrl.envs.setup import run_router
+        from thinkrl.tools.setup import run_tools
+
+        samples = [Sample(str(row[ctx.cfg.data.reward_fn_key]), "", "", extra_info=dict(row.get("extra_info") or {}),
+                          index=index)
+                   for key in KEYS for index, row in enumerate(dataset_of(ctx, key).rows)]
+        router = run_router(ctx.cfg, run_tools(ctx.cfg))
+        try:
+            rows = router.check(samples, key="data")
+            owned = {s.data_source: router.owns_reward(s) for s in samples}
+            by_source: dict[str, bool] = {}
+            for sample in samples:
+                by_source[sample.data_source] = by_source.get(sample.data_source, True) and owned[sample.data_source]
+        finally:
+            router.close()
+        return Routing(rows, frozenset(s for s, all_owned in by_source.items() if all_owned))
+    return ctx.remember("env-routing", compute)
+
+
+def check_environments(ctx: DoctorContext) -> CheckResult | list[CheckResult]:
+    """Rows per environment; a fail naming the row and the closest name
+    for one the run does not have, or for an interaction file that does not load."""
+    try:
+        found = routing(ctx)
+    except ValueError as err:
+        problem, _, fix = str(err).partition("; ")
+        return fail("data/environments", problem, fix or str(err))
+    if set(found.rows) == {SINGLE_TURN}:
+        return []
+    return ok("data/environments", ", ".join(f"{name}: {rows} rows" for name, rows in sorted(found.rows.items())))
+
+
+CHECKS = [check_files, check_schema, check_environments, check_reward, check_tools, check_template,
+          check_prompt_length]

@@ -20,6 +20,7 @@ import thinkrl.rewards.geo3k as geo3k
 import thinkrl.rewards.gsm8k as gsm8k
 import thinkrl.rewards.math as math_answer
 import thinkrl.rewards.r1 as r1
+import thinkrl.rewards.reasoning_gym as reasoning_gym
 from thinkrl.config.schema import RewardConfig
 
 Scorer = Callable[[str, str, dict | None], "float | dict[str, float]"]
@@ -50,6 +51,7 @@ DATA_SOURCES: dict[str, str] = {
 DATA_SOURCE_PREFIXES: dict[str, str] = {
     "aime": "math",
     "orz/": "math",
+    reasoning_gym.DATA_SOURCE_PREFIX: "reasoning_gym",  # thinkrl prep reasoning-gym
 }
 
 
@@ -90,7 +92,13 @@ def _geo3k(response: str, ground_truth: str, extra_info: dict | None = None, *,
     return geo3k.compute_score(response, ground_truth)
 
 
-_BUILTIN = {"gsm8k": _gsm8k, "math": _math, "r1": _r1, "exact": _exact, "geo3k": _geo3k}
+def _reasoning_gym(response: str, ground_truth: str, extra_info: dict | None = None, *,
+                   settings: ScorerSettings) -> dict[str, float]:
+    return reasoning_gym.compute_score(response, ground_truth, extra_info)
+
+
+_BUILTIN = {"gsm8k": _gsm8k, "math": _math, "r1": _r1, "exact": _exact, "geo3k": _geo3k,
+            "reasoning_gym": _reasoning_gym}
 SCORER_NAMES = tuple(_BUILTIN)
 """The built-in scorers (reward.scorer, besides "auto")."""
 

@@ -29,10 +29,10 @@ from thinkrl.algos.dapo import mixed_groups, overlong_penalty
 from thinkrl.config import Config
 from thinkrl.data.dataset import PromptLoader
 from thinkrl.metrics import StageTimer
-from thinkrl.records import ModelInputs, PromptBatch, Rollouts, TurnStats
+from thinkrl.records import ModelInputs, PromptBatch, Rollouts, concat_turns
 from thinkrl.reward_watch import FailureBreaker
 from thinkrl.rewards.scorer import RewardScorer, ScoreResult
-from thinkrl.rewards.scoring import decode_responses
+from thinkrl.rewards.scoring import decode_responses, score_rollouts
 from thinkrl.rollout.base import SamplingParams
 from thinkrl.workers.roles import RolloutRole
 
@@ -187,7 +187,7 @@ def score(draw: Draw, rollouts: Rollouts, timer: StageTimer) -> ScoredRollouts:
                functools.partial(draw.breaker.certain, responses=len(rollouts)))
     with timer("reward"):
         texts = decode_responses(rollouts, draw.tokenizer)
-        scored = draw.reward.score(texts, rollouts.samples, give_up=give_up)
+        scored = score_rollouts(draw.reward, rollouts, texts, give_up=give_up)
     raw_scores = scored.scores
     scored.scores = raw_scores + _penalty(draw.overlong, rollouts)
     if draw.overlong is not None and draw.overlong.log:
@@ -208,7 +208,7 @@ def _penalty(overlong: OverlongPenalty | None, rollouts: Rollouts) -> Tensor:
 def greedy_baseline(draw: Draw, prompts: PromptBatch) -> Tensor:
     """ReMax's baseline: the score (with any overlong penalty) of one greedy response per prompt. [B]."""
     greedy = draw.engine.generate(prompts, dataclasses.replace(draw.sampling, n=1, do_sample=False))
-    scored = draw.reward.score(decode_responses(greedy, draw.tokenizer), greedy.samples)
+    scored = score_rollouts(draw.reward, greedy, decode_responses(greedy, draw.tokenizer))
     return scored.scores + _penalty(draw.overlong, greedy)
 
 
@@ -256,8 +256,7 @@ def _concat(parts: list[ScoredRollouts], *, pad_token_id: int) -> ScoredRollouts
                         _concat_images([p.rollouts for p in parts], width_p),
                         (torch.cat(fields["ra"]) if any(p.rollouts.response_attention is not None
                                                         for p in parts) else None),
-                        (TurnStats.concat([p.rollouts.turns for p in parts])
-                         if all(p.rollouts.turns is not None for p in parts) else None))
+                        concat_turns([p.rollouts for p in parts]))
     scored = ScoreResult(torch.cat([p.scored.scores for p in parts]),
                          sum(p.scored.errors for p in parts), sum(p.scored.timeouts for p in parts),
                          [x for p in parts for x in p.scored.parts], sum(p.scored.unscored for p in parts))

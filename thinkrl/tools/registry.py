@@ -17,6 +17,7 @@ instance per call, as verl's agent loop does.
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import inspect
 import threading
@@ -27,6 +28,7 @@ from typing import Callable
 
 import yaml
 
+from thinkrl.deadline import Finished, run_all
 from thinkrl.tools.calls import ToolCall
 
 TRUNCATE_SIDES = ("left", "middle", "right")
@@ -151,11 +153,13 @@ class ToolOutcome:
 
 
 class ToolRunner:
-    """Runs the calls of a batch, at most `concurrency` at once, each within
-    `timeout_s`; a call that raises, hangs or names no known tool is answered
-    with an error line. A hung call's thread is left behind (Python cannot
-    stop it) and no longer counts against the bound, so a tool's own deadline
-    (the sandbox's wall_s) should be shorter than `timeout_s`. Whether a call
+    """Runs tool calls, each within `timeout_s` (`thinkrl.deadline`), at
+    most `concurrency` at once over every thread that calls `run` (the
+    environment loop steps the rollouts of a batch concurrently); a call
+    that raises, hangs or names no known tool is answered with an error
+    line. A hung call's thread is left behind (Python cannot stop it) and no
+    longer counts against the bound, so a tool's own deadline (the
+    sandbox's wall_s) should be shorter than `timeout_s`. Whether a call
     near the deadline makes it is a matter of timing: a seeded run repeats
     exactly only when no call comes close to it."""
 
@@ -163,25 +167,23 @@ class ToolRunner:
         self.tools = {t.name: t for t in tools}
         self.concurrency = concurrency
         self.timeout_s = timeout_s
+        self._slots = threading.BoundedSemaphore(concurrency)
 
     @property
     def schemas(self) -> list[dict]:
         return [t.schema for t in self.tools.values()]
 
     def run(self, calls: list[ToolCall]) -> list[ToolOutcome]:
-        outcomes: list[ToolOutcome | None] = [None] * len(calls)
-        for start in range(0, len(calls), self.concurrency):
-            chunk = range(start, min(len(calls), start + self.concurrency))
-            threads = {i: _CallThread(self._answer, calls[i]) for i in chunk}
-            for thread in threads.values():
-                thread.start()
-            deadline = time.monotonic() + self.timeout_s
-            for i, thread in threads.items():
-                thread.join(max(0.0, deadline - time.monotonic()))
-                outcomes[i] = thread.outcome_or_abandon() or ToolOutcome(
-                    f"error: the tool {calls[i].name!r} did not answer within {self.timeout_s:g} s",
-                    True, self.timeout_s)
-        return outcomes  # type: ignore[return-value]
+        """The calls of one turn, in order; a slot is held only while a call runs."""
+        outcomes = []
+        for call in calls:
+            with self._slots:
+                result = run_all([functools.partial(self._answer, call)], concurrency=1,
+                                 timeout_s=self.timeout_s, name="tool")[0]
+            outcomes.append(result.value if isinstance(result, Finished) else ToolOutcome(
+                f"error: the tool {call.name!r} did not answer within {self.timeout_s:g} s",
+                True, self.timeout_s))
+        return outcomes
 
     def _answer(self, call: ToolCall) -> ToolOutcome:
         start = time.perf_counter()
@@ -197,26 +199,3 @@ class ToolRunner:
         except Exception as err:  # the tool's failure is the model's information
             text, failed = f"error: {type(err).__name__}: {err}", True
         return ToolOutcome(text, failed, time.perf_counter() - start)
-
-
-class _CallThread(threading.Thread):
-    """One call; its answer counts only if it came before the runner gave up on it."""
-
-    def __init__(self, answer, call: ToolCall) -> None:
-        super().__init__(daemon=True, name=f"tool-{call.name}")
-        self.answer, self.call = answer, call
-        self._outcome: ToolOutcome | None = None
-        self._abandoned = False
-        self._lock = threading.Lock()
-
-    def run(self) -> None:
-        outcome = self.answer(self.call)
-        with self._lock:
-            if not self._abandoned:
-                self._outcome = outcome
-
-    def outcome_or_abandon(self) -> ToolOutcome | None:
-        """The answer, or None (and a late answer is then dropped)."""
-        with self._lock:
-            self._abandoned = self._outcome is None
-            return self._outcome

@@ -1,4 +1,5 @@
-"""The run's tool loop from its config (``actor_rollout_ref.rollout.multi_turn``)."""
+"""The run's tools from its config (``actor_rollout_ref.rollout.multi_turn``); the
+loop that runs them is `thinkrl.envs` (the tool loop is one environment)."""
 
 from __future__ import annotations
 
@@ -24,22 +25,6 @@ def chat_kwargs_with_tools(cfg: Config, runner: ToolRunner | None) -> dict:
     if runner is not None and runner.schemas:
         kwargs.setdefault("tools", runner.schemas)
     return kwargs
-
-
-def with_tool_loop(cfg: Config, engine, *, tokenizer, runner: ToolRunner, eos_token_ids: list[int]):
-    """`engine` (a RolloutRole) inside the multi-turn tool loop."""
-    from thinkrl.rollout.tool_loop import ToolRollout, TurnLimits
-    from thinkrl.rollout.tool_turns import ToolTurnTokens
-
-    mt = cfg.actor_rollout_ref.rollout.multi_turn
-    limits = TurnLimits(max_assistant_turns=mt.max_assistant_turns, max_user_turns=mt.max_user_turns,
-                        max_parallel_calls=mt.max_parallel_calls,
-                        max_tool_response_length=mt.max_tool_response_length,
-                        truncate_side=mt.tool_response_truncate_side, format=mt.format)
-    turn_tokens = ToolTurnTokens(tokenizer, end_of_turn_ids=eos_token_ids,
-                                 chat_kwargs=chat_kwargs_with_tools(cfg, runner))
-    return ToolRollout(engine, tokenizer=tokenizer, runner=runner, turn_tokens=turn_tokens,
-                       limits=limits, eos_token_ids=eos_token_ids)
 
 
 def tool_file(path: str) -> str:

@@ -77,19 +77,26 @@ def prepare(request: PrepRequest) -> list[SplitWritten]:
     _check(request)
     examples_by_split = _examples_by_split(request)
     instruction = _instruction(request) if request.template == "chat" else None
-    splits = sorted(examples_by_split, key=SPLITS.index)
-    paths = {split: Path(request.output).expanduser() / f"{split}.parquet" for split in splits}
+    return write_splits({split: to_verl_rows(examples, split=split, instruction=instruction)
+                         for split, examples in examples_by_split.items()},
+                        output=request.output, overwrite=request.overwrite)
+
+
+def write_splits(rows_by_split: dict[str, list[dict]], *, output: Path | str,
+                 overwrite: bool) -> list[SplitWritten]:
+    """`<output>/<split>.parquet` for each split (train first); refuses to
+    replace existing files unless `overwrite`, checked before anything is written."""
+    splits = sorted((s for s, rows in rows_by_split.items() if rows), key=SPLITS.index)
+    paths = {split: Path(output).expanduser() / f"{split}.parquet" for split in splits}
     existing = [str(p) for p in paths.values() if p.exists()]
-    if existing and not request.overwrite:  # checked before anything is written
-        raise SetupError(f"--output {request.output}: {', '.join(existing)} exist(s) already and "
+    if existing and not overwrite:
+        raise SetupError(f"--output {output}: {', '.join(existing)} exist(s) already and "
                          "would be overwritten", "pass --overwrite to replace them, or choose "
                          "another --output folder")
     written = []
     for split in splits:
-        rows = to_verl_rows(examples_by_split[split], split=split, instruction=instruction)
-        path = paths[split]
-        write_rows(rows, path)
-        written.append(SplitWritten(split=split, rows=len(rows), path=path))
+        write_rows(rows_by_split[split], paths[split])
+        written.append(SplitWritten(split=split, rows=len(rows_by_split[split]), path=paths[split]))
     return written
 
 

@@ -1,5 +1,6 @@
-"""The token ids of a tool turn, straight from the chat template, and
-appended to the ids the engine sampled: never a re-tokenised conversation.
+"""The token ids of an environment's turn (tool results, a user's reply, a
+game's observation), straight from the chat template, and appended to the
+ids the engine sampled: never a re-tokenised conversation.
 
 Re-tokenising text between turns is not a bijection (a sampled id sequence
 may decode and encode to other ids), so the log-probs of the sampled tokens
@@ -8,10 +9,10 @@ response is the sampled ids, then the ids the template writes after the
 model's end-of-turn token, then the next sampled ids, and so on.
 
 What the template writes after the end-of-turn token is found by rendering
-a stand-in conversation without and with the tool messages: the new ids are
-everything after the last end-of-turn token of the first. That keeps the
-separator between the end-of-turn token and the next turn's header (Qwen's
-"\\n" after <|im_end|>), which verl drops at every assistant-to-tool
+a stand-in conversation without and with the environment's messages: the
+new ids are everything after the last end-of-turn token of the first. That
+keeps the separator between the end-of-turn token and the next turn's header
+(Qwen's "\\n" after <|im_end|>), which verl drops at every assistant-to-tool
 boundary (verl #6501).
 """
 
@@ -22,9 +23,10 @@ from functools import lru_cache
 _STAND_IN = [{"role": "user", "content": "?"}, {"role": "assistant", "content": "."}]
 
 
-class ToolTurnTokens:
-    """`ids(texts)`: the ids of the tool messages `texts` ([one per call]),
-    ending with the next assistant turn's header (masked out of the loss)."""
+class TurnTokens:
+    """`ids(messages)`: the ids of an environment's messages, a tuple of
+    (role, content) pairs, ending with the next assistant turn's header
+    (masked out of the loss). `tool_ids(texts)`: tool results, one per call."""
 
     def __init__(self, tokenizer, *, end_of_turn_ids: list[int], chat_kwargs: dict | None = None) -> None:
         self.tokenizer = tokenizer
@@ -34,7 +36,7 @@ class ToolTurnTokens:
         ends = [i for i, t in enumerate(base) if t in self.end_of_turn]
         if not ends:
             raise ValueError("multi_turn: the chat template does not end an assistant turn with the "
-                             f"model's end token(s) {sorted(self.end_of_turn)}; tool turns cannot be "
+                             f"model's end token(s) {sorted(self.end_of_turn)}; environment turns cannot be "
                              "joined to sampled turns. Use a chat template whose assistant turns end "
                              "with the EOS token (ChatML: <|im_end|>)")
         self._base = base
@@ -47,11 +49,15 @@ class ToolTurnTokens:
                                                   **self.chat_kwargs)
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    def _ids(self, texts: tuple[str, ...]) -> tuple[int, ...]:
-        full = self._encode(_STAND_IN + [{"role": "tool", "content": t} for t in texts],
+    def tool_ids(self, texts: tuple[str, ...]) -> tuple[int, ...]:
+        return self.ids(tuple(("tool", text) for text in texts))
+
+    def _ids(self, messages: tuple[tuple[str, str], ...]) -> tuple[int, ...]:
+        full = self._encode(_STAND_IN + [{"role": role, "content": content} for role, content in messages],
                             generation_prompt=True)
         if full[:self._cut] != self._base[:self._cut]:
-            raise ValueError("multi_turn: the chat template renders the conversation before a tool "
-                             "message differently once the message is added; tool turns cannot be "
-                             "appended token by token with this template")
+            roles = ", ".join(sorted({role for role, _ in messages}))
+            raise ValueError(f"multi_turn: the chat template renders the conversation before a {roles} "
+                             "message differently once the message is added; environment turns cannot "
+                             "be appended token by token with this template")
         return tuple(full[self._cut:])
