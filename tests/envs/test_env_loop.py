@@ -65,7 +65,7 @@ def test_a_game_is_played_turn_by_turn_with_its_messages_masked(tokenizer):
     assert out.turns.assistant_turns.tolist() == [1, 1, 3, 3]
     assert out.turns.env_turns.tolist() == [0, 0, 2, 2]
     assert out.turns.env_rewards.tolist() == [1.0] * 4 and out.turns.env_scored.all()
-    assert out.turns.turn_rewards[2] == [0.0, 0.0, 1.0] and out.turns.failures == [None] * 4
+    assert out.turns.turn_rewards[2] == [1.0] and out.turns.failures == [None] * 4  # hints give no reward
     assert out.finish_reasons == [FINISH_STOP] * 4 and env.closed == 4
     # row 2: sampled turn, the game's "lower" user turn (mask 0), sampled, "higher", sampled
     lower = list(turns.ids((("user", "lower"),)))
@@ -103,7 +103,7 @@ def test_single_turn_rows_beside_a_game_take_one_turn_and_the_reward_function(to
         return 0.25
     scored = score_rollouts(RewardScorer.from_function(reward_fn), out, decode_responses(out, tokenizer))
     assert scored.scores.tolist() == [1.0, 0.25]
-    assert seen == [("toy/other", {})]  # a single-turn row's extra_info is left as it was
+    assert seen == [("toy/other", {"turn_scores": [], "num_turns": 2})]  # verl's additions, one turn
 
     alone = rows(tokenizer, [7])
     alone.samples[0] = Sample("toy/other", "7", alone.samples[0].prompt_text)
@@ -143,7 +143,7 @@ def test_a_failing_environment_ends_only_its_conversation(tokenizer, caplog, how
 def test_an_environment_in_worker_processes_survives_its_crash_and_hang(tokenizer):
     entry = EnvEntry("guess", "toy_envs.Misbehaving", {"how": "exit", "at": "step"}, workers=2,
                      step_timeout_s=2.0, where="test")
-    served = ServedEnvironment(entry)
+    served = ServedEnvironment(entry, default_timeout_s=60, concurrency=32)
     try:
         assert served.scores is True
         _, _, rollout = loop(tokenizer, served)
@@ -155,20 +155,21 @@ def test_an_environment_in_worker_processes_survives_its_crash_and_hang(tokenize
     finally:
         served.shutdown()
     served = ServedEnvironment(EnvEntry("guess", "toy_envs.Misbehaving", {"how": "hang", "seconds": 60},
-                                        workers=1, step_timeout_s=1.0, where="test"))
+                                        workers=1, step_timeout_s=1.0, where="test"),
+                               default_timeout_s=60, concurrency=32)
     try:
         _, _, rollout = loop(tokenizer, served)
         start = time.monotonic()
         out = rollout.generate(rows(tokenizer, [7]), SamplingParams(n=1, max_tokens=400))
         assert out.turns.failures == ["timeout"] and time.monotonic() - start < 15
-        process = served._workers[0]
-        assert process is None  # killed, not left running
+        assert served._workers[0] is None  # its worker killed, not left running
     finally:
         served.shutdown()
 
 
 def test_a_served_game_plays_like_the_in_process_one(tokenizer):
-    served = ServedEnvironment(EnvEntry("guess", "toy_envs.Guess", {}, workers=2, where="test"))
+    served = ServedEnvironment(EnvEntry("guess", "toy_envs.Guess", {}, workers=2, where="test"),
+                               default_timeout_s=60, concurrency=32)
     try:
         _, _, local = loop(tokenizer, Guess())
         _, _, remote = loop(tokenizer, served)
@@ -179,3 +180,35 @@ def test_a_served_game_plays_like_the_in_process_one(tokenizer):
         assert a.turns.env_rewards.tolist() == b.turns.env_rewards.tolist() == [1.0] * 4
     finally:
         served.shutdown()
+
+
+def test_the_retry_user_asks_again_and_the_last_answer_counts(tokenizer):
+    pytest.importorskip("reasoning_gym")
+    from thinkrl.data.prep.reasoning_gym import GymRequest, generate
+    from thinkrl.envs.users import REPLY, RetryUser
+
+    row = generate(GymRequest(tasks=("chain_sum",), size=1, test_size=0,
+                              config={"chain_sum": {"min_terms": 2, "max_terms": 2, "max_digits": 1}}))["train"][0]
+    answer = row["reward_model"]["ground_truth"]
+    engine = ScriptedEngine(tokenizer, lambda c: f"<answer>{answer}</answer>" if REPLY in c
+                            else "<answer>999</answer>")
+    router = EnvRouter(named={}, by_data_source={"reasoning_gym/*": "retry_user"}, default=SINGLE_TURN,
+                       wrap_tools=None, builtins={"retry_user": RetryUser})
+    rollout = EnvRollout(engine, tokenizer=tokenizer, router=router,
+                         turn_tokens=TurnTokens(tokenizer, end_of_turn_ids=[tokenizer.eos_token_id]),
+                         limits=LoopLimits(), eos_token_ids=[tokenizer.eos_token_id])
+    text = tokenizer.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True)
+    ids = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]])
+    sample = Sample(row["data_source"], answer, text, extra_info=row["extra_info"])
+    out = rollout.generate(PromptBatch(ids, torch.ones_like(ids), [sample]), SamplingParams(n=1, max_tokens=200))
+    assert out.turns.assistant_turns.tolist() == [2] and out.turns.metrics == [{"solved": 1.0}]
+    assert out.turns.turn_rewards == [[0.0, 1.0]]
+    scored = score_rollouts(RewardScorer.from_config(_config()), out, decode_responses(out, tokenizer))
+    assert scored.scores.tolist() == [1.0]  # reasoning-gym reads the last <answer>
+    with pytest.raises(ValueError, match="no reward function for data_source 'toy/none'"):
+        RetryUser().check(Sample("toy/none", "1", "p"))
+
+
+def _config():
+    from thinkrl.config import load_config
+    return load_config(None, ["reward.num_workers=0"])

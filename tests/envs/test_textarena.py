@@ -71,6 +71,21 @@ def test_a_game_is_the_same_game_for_its_seed_and_leaves_random_alone():
     assert random.random() == before  # textarena's reset seeded its own copy of the state, not ours
 
 
+def test_a_games_later_draws_come_from_its_seed_not_from_what_ran_between():
+    # Minesweeper lays its mines at the first reveal, drawing from `random` then
+    env = TextArenaEnv()
+    row = {"data_source": "textarena/Minesweeper-v0", "prompt": [{"content": ""}],
+           "reward_model": {"ground_truth": ""}, "extra_info": {"game": "Minesweeper-v0", "seed": 5, "index": 0}}
+    boards = []
+    for k in range(2):
+        state = env.reset(sample_of(row))
+        random.seed(k)  # the trainer (or another game) draws in between
+        random.random()
+        boards.append(env.step(state, "[3 3]").messages)
+        env.close(state)
+    assert boards[0] == boards[1]
+
+
 def test_rows_reach_the_built_in_environment_by_data_source():
     router = EnvRouter(named={}, by_data_source={}, default=SINGLE_TURN, wrap_tools=None,
                        builtins={"textarena": TextArenaEnv})

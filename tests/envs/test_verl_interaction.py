@@ -39,7 +39,7 @@ def tokenizer(tiny_model_dir):
 def router(tmp_path):
     path = tmp_path / "interaction_config.yaml"
     path.write_text(CONFIG)
-    named = {e.name: build_entry(e, default_timeout_s=10) for e in read_entries(path)}
+    named = {e.name: build_entry(e, default_timeout_s=10, concurrency=4) for e in read_entries(path)}
     router = EnvRouter(named=named, by_data_source={}, default=SINGLE_TURN, wrap_tools=None, builtins={})
     yield router
     router.close()
@@ -120,4 +120,4 @@ def test_entries_are_checked_when_read(tmp_path):
     path.write_text("interaction:\n  - class_name: verl_style_interaction.SumsInteraction\n    config: {}\n")
     assert [e.name for e in read_entries(path)] == ["sums"]
     with pytest.raises(ValueError, match="cannot import nowhere.Thing"):
-        build_entry(read_entries(path)[0].__class__("x", "nowhere.Thing", where="here"), default_timeout_s=1)
+        build_entry(read_entries(path)[0].__class__("x", "nowhere.Thing", where="here"), default_timeout_s=1, concurrency=1)

@@ -36,15 +36,12 @@ from __future__ import annotations
 import argparse
 
 from thinkrl.commands.common import command_parser
-
-
 from thinkrl.data.prep import SOURCES
-
-GYM = "reasoning-gym"
-ARENA = "textarena"
 from thinkrl.data.templates import TEMPLATES
 
 DEFAULT_TOKENIZER = "builtin:tiny-qwen2"
+GYM = "reasoning-gym"
+ARENA = "textarena"
 
 
 def add_parser(sub) -> None:

@@ -28,6 +28,15 @@ own verifier); one with ``scores = False`` (the tool loop, verl's
 interactions, single-turn rows) leaves it to the run's reward function,
 which reads the whole response, and its step rewards reach that function as
 ``extra_info["turn_scores"]`` (verl's name), with ``extra_info["num_turns"]``.
+
+Optional members the loop and the router use when an environment has them:
+``deadline_s`` (it bounds its own calls, e.g. in worker processes: the
+loop's outer deadline for one call, queueing included), ``tool_turns``
+(True: with the run's tools, it answers only the turns without tool calls,
+as verl's interactions inside its tool agent), ``record(state, messages)``
+(turns it did not answer still belong to its conversation), ``check(sample)``
+(ValueError at start for a row it cannot serve), ``shutdown()`` (free what
+the object holds when the run ends).
 """
 
 from __future__ import annotations
@@ -49,8 +58,9 @@ class EnvStep:
     messages: tuple[dict, ...] = ()
     """The next messages, ``{"role": "user" | "tool" | "system", "content": str}``,
     written with the chat template after the policy's turn (masked from the loss)."""
-    reward: float = 0.0
-    """This step's reward."""
+    reward: float | None = None
+    """This step's reward; None: none given (verl's interactions may give None,
+    and verl keeps only the scores that were given in ``turn_scores``)."""
     done: bool = False
     """The conversation is over (the messages, if any, are still written)."""
     metrics: dict[str, float] = field(default_factory=dict)
@@ -73,7 +83,8 @@ class Environment(Protocol):
         ...
 
     def step(self, state: Any, reply: str) -> EnvStep:
-        """Read the policy's turn `reply` (its text, special tokens left out)."""
+        """Read the policy's turn `reply`: its text, without the end-of-turn
+        token (other special tokens, such as Qwen's <tool_call>, are kept)."""
         ...
 
     def close(self, state: Any) -> None:
@@ -101,9 +112,9 @@ def checked_step(value: Any) -> EnvStep:
                 or not isinstance(message.get("content"), str)):
             raise EnvError("invalid", f"a message must be {{'role': one of {ROLES}, 'content': str}}; "
                                       f"got {str(message)[:120]}")
-    if isinstance(value.reward, bool) or not isinstance(value.reward, (int, float)) \
-            or not math.isfinite(float(value.reward)):
-        raise EnvError("invalid", f"reward {value.reward!r} is not a finite number")
+    if value.reward is not None and (isinstance(value.reward, bool) or not isinstance(value.reward, (int, float))
+                                     or not math.isfinite(float(value.reward))):
+        raise EnvError("invalid", f"reward {value.reward!r} is not a finite number (or None)")
     if not isinstance(value.done, bool):
         raise EnvError("invalid", f"done {value.done!r} is not True or False")
     if not isinstance(value.metrics, dict) or not all(

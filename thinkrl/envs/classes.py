@@ -22,12 +22,13 @@ def import_class(class_name: str, *, where: str) -> type:
         raise ValueError(f"{where}: cannot import {class_name} ({type(err).__name__}: {err})") from None
 
 
-def make_environment(class_name: str, config: dict, *, name: str, where: str) -> Any:
-    """`class_name` built as verl or thinkrl builds it (in this process)."""
+def make_environment(class_name: str, config: dict, *, name: str, where: str, timeout_s: float) -> Any:
+    """`class_name` built as verl or thinkrl builds it (in this process);
+    `timeout_s` bounds a verl interaction's coroutines."""
     cls = import_class(class_name, where=where)
     try:
         if is_verl_interaction(cls):
-            return build_interaction(cls, name=name, config=config)
+            return build_interaction(cls, name=name, config=config, timeout_s=timeout_s)
         env = cls(config=config)
     except Exception as err:
         raise ValueError(f"{where}: {class_name}(config=...) failed: {type(err).__name__}: {err}") from None

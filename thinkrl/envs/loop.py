@@ -27,9 +27,11 @@ remaining length; messages that would not fit end the response before them
 after the turn that reaches them.
 
 Faults: an environment call that raises, misses its deadline, returns a
-malformed step, or whose worker process dies ends that conversation; the
-response keeps what it has, scores 0 and is counted under the failure's
-kind (`TurnStats.failures`); one warning line per environment and kind.
+malformed step, writes messages the chat template cannot render, or whose
+worker process dies ends that conversation; the response keeps what it
+has, scores 0 and is counted under the failure's kind
+(`TurnStats.failures`); one warning line per environment and kind. A close
+that fails is counted but does not undo a finished conversation.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ from typing import Any, Callable
 
 import torch
 
+from thinkrl.config.schema_env import EnvConfig
+from thinkrl.config.schema_multi_turn import MultiTurnConfig
 from thinkrl.deadline import Finished, run_all
 from thinkrl.envs.base import EnvError, EnvStep, checked_step
 from thinkrl.envs.routing import EnvRouter
@@ -56,12 +60,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class LoopLimits:
-    max_assistant_turns: int | None = None
-    max_user_turns: int | None = None
+    # the defaults are the config's (MultiTurnConfig, EnvConfig), not copies
+    max_assistant_turns: int | None = MultiTurnConfig.max_assistant_turns
+    max_user_turns: int | None = MultiTurnConfig.max_user_turns
     """Environment turns per response (verl counts tool rounds and user replies)."""
-    step_timeout_s: float = 60.0
+    step_timeout_s: float = EnvConfig.step_timeout_s
     """Deadline of each reset / step / close call."""
-    concurrency: int = 32
+    concurrency: int = EnvConfig.concurrency
     """Environment calls of a batch running at once."""
 
 
@@ -135,23 +140,26 @@ class EnvRollout:
         rows = [Conversation(prompt=[], environment=name, env=self.router.env(name))
                 for name in names for _ in range(params.n)]
         samples = [s for s in prompts.samples for _ in range(params.n)]
-        self._call(rows, [i for i, r in enumerate(rows) if r.env is not None],
-                   lambda row, i: functools.partial(row.env.reset, samples[i]), self._opened)
-        first = self.engine.generate(prompts, params)
-        for row, ids, mask in zip(rows, first.prompt_ids.tolist(), first.prompt_mask.tolist()):
-            row.prompt = [t for t, m in zip(ids, mask) if m]
-        live = self._take_turn(rows, range(len(rows)), first, params.max_tokens)
-        while live:
-            live = self._answer(rows, live, params.max_tokens)
-            if not live:
-                break
-            contexts = _context_batch(rows, live, [first.samples[i] for i in live],
-                                      pad_token_id=self.tokenizer.pad_token_id)
-            budget = max(params.max_tokens - len(rows[i].ids) for i in live)
-            turn = self.engine.generate(contexts, dataclasses.replace(params, n=1, max_tokens=budget))
-            live = self._take_turn(rows, live, turn, params.max_tokens)
-        self._call(rows, [i for i, r in enumerate(rows) if r.opened],
-                   lambda row, i: functools.partial(row.env.close, row.state), lambda row, value: None)
+        try:
+            self._call(rows, [i for i, r in enumerate(rows) if r.env is not None],
+                       lambda row, i: functools.partial(row.env.reset, samples[i]), self._opened)
+            first = self.engine.generate(prompts, params)
+            for row, ids, mask in zip(rows, first.prompt_ids.tolist(), first.prompt_mask.tolist()):
+                row.prompt = [t for t, m in zip(ids, mask) if m]
+            live = self._take_turn(rows, range(len(rows)), first, params.max_tokens)
+            while live:
+                live = self._answer(rows, live, params.max_tokens)
+                if not live:
+                    break
+                contexts = _context_batch(rows, live, [first.samples[i] for i in live],
+                                          pad_token_id=self.tokenizer.pad_token_id)
+                budget = max(params.max_tokens - len(rows[i].ids) for i in live)
+                turn = self.engine.generate(contexts, dataclasses.replace(params, n=1, max_tokens=budget))
+                live = self._take_turn(rows, live, turn, params.max_tokens)
+        finally:  # every opened conversation is closed, whatever happened above
+            self._call(rows, [i for i, r in enumerate(rows) if r.opened],
+                       lambda row, i: functools.partial(row.env.close, row.state), lambda row, value: None,
+                       closing=True)
         return _rollouts(first, rows, width=max([len(r.ids) for r in rows] + [1]),
                          pad_token_id=self.tokenizer.pad_token_id)
 
@@ -192,7 +200,8 @@ class EnvRollout:
             row, step = rows[i], answered.get(id(rows[i]))
             if step is None:  # the call failed: the conversation ends here
                 continue
-            row.turn_rewards.append(float(step.reward))
+            if step.reward is not None:  # verl keeps the scores that were given
+                row.turn_rewards.append(float(step.reward))
             for name, value in step.metrics.items():
                 row.metrics[name] = row.metrics.get(name, 0.0) + float(value)
             if not step.messages:
@@ -200,7 +209,12 @@ class EnvRollout:
                     self._fail(row, EnvError("invalid", "step said not done but gave no message "
                                                         "for the model to answer"))
                 continue
-            ids = list(self.turn_tokens.ids(tuple((m["role"], m["content"]) for m in step.messages)))
+            try:
+                ids = list(self.turn_tokens.ids(tuple((m["role"], m["content"]) for m in step.messages)))
+            except Exception as err:  # a template that cannot write these messages
+                self._fail(row, EnvError("invalid", f"the chat template cannot write its messages "
+                                                    f"({type(err).__name__}: {str(err)[:200]})"))
+                continue
             if len(row.ids) + len(ids) >= max_tokens:  # verl: the response ends before them
                 row.finish = FINISH_STOP if step.done else FINISH_LENGTH
                 continue
@@ -212,32 +226,44 @@ class EnvRollout:
 
     def _call(self, rows: list[Conversation], index: list[int],
               call: Callable[[Conversation, int], Callable[[], Any]],
-              take: Callable[[Conversation, Any], None]) -> None:
-        """Run `call(row)` for the rows at `index` under the deadlines; `take`
-        each result; a failure (or a `take` that raises EnvError) fails its row."""
+              take: Callable[[Conversation, Any], None], *, closing: bool = False) -> None:
+        """Run `call(row)` for the rows at `index` under their deadlines; `take`
+        each result; a failure (or a `take` that raises EnvError) fails its
+        row, except when `closing`: a conversation that ended is not undone by
+        a failing close, which is counted (env/<name>/close_errors/mean)."""
         if not index:
             return
         start = time.perf_counter()
+        deadlines = [self._deadline(rows[i]) for i in index]
         results = run_all([call(rows[i], i) for i in index], concurrency=self.limits.concurrency,
-                          timeout_s=[getattr(rows[i].env, "deadline_s", self.limits.step_timeout_s)
-                                     for i in index], name="env")
+                          timeout_s=deadlines, name="env")
         share = (time.perf_counter() - start) / len(index)
-        for i, result in zip(index, results):
+        for i, deadline, result in zip(index, deadlines, results):
             row = rows[i]
             row.seconds += result.seconds
             row.wall += share
+            error = None
             if not isinstance(result, Finished):
-                self._fail(row, EnvError("timeout", f"no answer within {self.limits.step_timeout_s:g} s "
-                                                    "(env.step_timeout_s)"))
+                error = EnvError("timeout", f"no answer within {deadline:g} s (env.step_timeout_s)")
             elif result.error is not None:
-                error = result.error
-                self._fail(row, error if isinstance(error, EnvError)
-                           else EnvError("raised", f"{type(error).__name__}: {error}"))
+                error = result.error if isinstance(result.error, EnvError) else EnvError(
+                    "raised", f"{type(result.error).__name__}: {result.error}")
             else:
                 try:
                     take(row, result.value)
-                except EnvError as error:
-                    self._fail(row, error)
+                except EnvError as err:
+                    error = err
+            if error is not None and closing:
+                row.metrics["close_errors"] = row.metrics.get("close_errors", 0.0) + 1.0
+                self._warn(row.environment, f"close_{error.kind}", f"close failed: {error}; the "
+                           f"response keeps its score, counted in env/{row.environment}/close_errors/mean")
+            elif error is not None:
+                self._fail(row, error)
+
+    def _deadline(self, row: Conversation) -> float:
+        """An environment that bounds its own calls (worker processes, tools) says
+        how long one may take with queueing; any other gets env.step_timeout_s."""
+        return float(getattr(row.env, "deadline_s", None) or self.limits.step_timeout_s)
 
     def _opened(self, row: Conversation, state: Any) -> None:
         row.state, row.opened = state, True
@@ -245,11 +271,13 @@ class EnvRollout:
     def _fail(self, row: Conversation, error: EnvError) -> None:
         if row.failure is None:
             row.failure = error.kind
-        if (row.environment, error.kind) not in self._warned:
-            self._warned.add((row.environment, error.kind))
-            log.warning("environment %s: %s (%s); the response ends here and scores 0, counted in "
-                        "env/%s/errors/%s (reported once per kind)", row.environment, error,
-                        error.kind, row.environment, error.kind)
+        self._warn(row.environment, error.kind, f"{error} ({error.kind}); the response ends here and "
+                   f"scores 0, counted in env/{row.environment}/errors/{error.kind}")
+
+    def _warn(self, environment: str, kind: str, what: str) -> None:
+        if (environment, kind) not in self._warned:  # one line per environment and kind
+            self._warned.add((environment, kind))
+            log.warning("environment %s: %s (reported once per kind)", environment, what)
 
 
 def _context_batch(rows: list[Conversation], live: list[int], samples: list, *,

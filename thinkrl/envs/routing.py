@@ -42,6 +42,8 @@ from thinkrl.records import SINGLE_TURN, Sample
 TOOL_AGENT = "tool_agent"
 BUILTIN_ROUTES = {"textarena/": "textarena"}
 """data_source prefix -> built-in environment (rule 4)."""
+BUILTIN_NAMES = ("textarena", "retry_user")
+"""Environments thinkrl ships (`thinkrl.envs.setup.BUILTINS`): no file entry may take their names."""
 KEY = "actor_rollout_ref.rollout.multi_turn.interaction_config_path"
 
 
@@ -87,7 +89,7 @@ def read_entries(path: str | Path) -> list[EnvEntry]:
         timeout = item.get("step_timeout_s")
         if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
             raise ValueError(f"{where}: step_timeout_s={timeout!r}: give seconds > 0")
-        if name in (SINGLE_TURN, TOOL_AGENT, *BUILTIN_ROUTES.values()):
+        if name in (SINGLE_TURN, TOOL_AGENT, *BUILTIN_NAMES):
             raise ValueError(f"{where}: the name {name!r} is a built-in environment's; choose another")
         if name in {e.name for e in entries}:
             raise ValueError(f"{where}: duplicate interaction name {name!r}; names must differ")
@@ -99,14 +101,16 @@ def read_entries(path: str | Path) -> list[EnvEntry]:
     return entries
 
 
-def build_entry(entry: EnvEntry, *, default_timeout_s: float) -> Any:
+def build_entry(entry: EnvEntry, *, default_timeout_s: float, concurrency: int) -> Any:
     """The environment of one entry: a verl interaction, a thinkrl environment,
-    or either served by worker processes (`workers` > 0)."""
+    or either served by worker processes (`workers` > 0); `concurrency` is
+    the loop's (calls that may queue on its workers)."""
     if entry.workers > 0:
         from thinkrl.envs.server import ServedEnvironment
 
-        return ServedEnvironment(entry, default_timeout_s=default_timeout_s)
-    return make_environment(entry.class_name, entry.config, name=entry.name, where=entry.where)
+        return ServedEnvironment(entry, default_timeout_s=default_timeout_s, concurrency=concurrency)
+    return make_environment(entry.class_name, entry.config, name=entry.name, where=entry.where,
+                            timeout_s=entry.step_timeout_s or default_timeout_s)
 
 
 class EnvRouter:
@@ -134,7 +138,7 @@ class EnvRouter:
             return SINGLE_TURN
         if agent and agent != TOOL_AGENT:
             return str(agent)
-        if interaction and interaction in self.named:
+        if interaction and (interaction in self.named or interaction in self.builtins):
             return str(interaction)
         if interaction and self.named:
             return str(interaction)  # unknown: `check` names the closest
@@ -169,6 +173,15 @@ class EnvRouter:
             counts[name] = counts.get(name, 0) + 1
         for name in counts:
             self.env(name)  # build now: a broken environment stops the run at start
+        for sample in samples:  # an environment that cannot serve a row says so now
+            env = self.env(self.name_for(sample))
+            check = getattr(env, "check", None)
+            if check is not None:
+                try:
+                    check(sample)
+                except ValueError as err:
+                    raise ValueError(f"{key}: row {sample.index} (data_source {sample.data_source}): "
+                                     f"{err}") from None
         return counts
 
     def owns_reward(self, sample: Sample) -> bool:
@@ -185,7 +198,7 @@ class EnvRouter:
                 self._envs[name] = self.wrap_tools(None)
             elif name in self.named:
                 env = self.named[name]
-                wraps = self.wrap_tools is not None and hasattr(env, "record")
+                wraps = self.wrap_tools is not None and bool(getattr(env, "tool_turns", False))
                 self._envs[name] = self.wrap_tools(env) if wraps else env
             else:
                 self._envs[name] = self.builtins[name]()

@@ -13,7 +13,8 @@ rollout's state lives in the worker that reset it, and its steps go there.
 A request that gets no answer within the entry's ``step_timeout_s`` (or
 ``env.step_timeout_s``) kills its worker; one whose worker died is a
 "crashed" failure. Either way every conversation living in that worker ends
-(scored 0, counted), a fresh worker takes its place at the next reset, and
+(scored 0, counted), a fresh worker takes its place at the next reset
+(after three failed starts in a row, new conversations fail at once), and
 the step goes on. A worker's requests are served one at a time; several
 workers serve a batch's conversations side by side (a CPU-bound
 environment gets real parallelism, which threads under the GIL do not give).
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import multiprocessing as mp
 import os
 import secrets
@@ -32,76 +34,103 @@ from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
 from thinkrl.envs.base import EnvError, checked_step
+from thinkrl.envs.classes import import_class, make_environment
+from thinkrl.envs.verl_interaction import is_verl_interaction
 from thinkrl.records import Sample
 
 log = logging.getLogger(__name__)
 _START_TIMEOUT_S = 120.0
 """A worker must build its environment and listen within this."""
+_MAX_FAILED_STARTS = 3
+"""Replacement workers in a row that fail to start before new conversations stop trying."""
 
 
 @dataclass(frozen=True)
 class _ServedState:
-    worker: int
-    generation: int
-    """Which incarnation of that worker holds the state (a replaced worker lost it)."""
+    worker: "_Worker"
+    """The worker process that holds the state (a replaced one lost it)."""
     state_id: int
 
 
 class _Worker:
-    def __init__(self, entry, *, ctx, authkey: bytes, index: int) -> None:
+    def __init__(self, entry, *, ctx, authkey: bytes, index: int, timeout_s: float) -> None:
         here, there = ctx.Pipe(duplex=False)
+        self.index = index
         self.process = ctx.Process(target=serve, args=(entry.class_name, entry.config, entry.name,
-                                                       entry.where, authkey, there),
+                                                       entry.where, timeout_s, authkey, there),
                                    daemon=True, name=f"env-{entry.name}-{index}")
         self.process.start()
         there.close()
-        if not here.poll(_START_TIMEOUT_S):
+        try:
+            if not here.poll(_START_TIMEOUT_S):
+                raise ValueError(f"{entry.where}: the environment's worker process did not start "
+                                 f"within {_START_TIMEOUT_S:g} s")
+            status, value = here.recv()
+            if status != "ok":
+                raise ValueError(f"{entry.where}: {value}")
+            self.conn: Connection = Client(value, authkey=authkey)
+        except (EOFError, OSError) as err:
             self.kill()
-            raise ValueError(f"{entry.where}: the environment's worker process did not start "
-                             f"within {_START_TIMEOUT_S:g} s")
-        status, value = here.recv()
-        if status != "ok":
+            raise ValueError(f"{entry.where}: the environment's worker process exited while starting "
+                             f"(exit code {self.process.exitcode}; {type(err).__name__})") from None
+        except BaseException:
             self.kill()
-            raise ValueError(f"{entry.where}: {value}")
-        self.conn: Connection = Client(value, authkey=authkey)
+            raise
+        finally:
+            here.close()
         self.lock = threading.Lock()
+        self.alive = True
 
     def kill(self) -> None:
         if self.process.is_alive():
             self.process.kill()
         self.process.join(5)
+        conn = getattr(self, "conn", None)
+        if conn is not None:
+            conn.close()
 
 
 class ServedEnvironment:
     """The `Environment` of an interaction-file entry with ``workers: N``."""
 
-    def __init__(self, entry, *, default_timeout_s: float = 60.0) -> None:
+    def __init__(self, entry, *, default_timeout_s: float, concurrency: int) -> None:
         self.entry = entry
         self.timeout_s = entry.step_timeout_s or default_timeout_s
-        self.deadline_s = 2 * self.timeout_s + 5.0
-        """The loop's outer deadline: this environment stops its own calls at
-        `timeout_s` (killing the worker); the outer one only bounds queueing."""
+        # At most `concurrency` calls wait on `workers` workers served one at a time: the
+        # loop's outer deadline covers that queue; each call's own is `timeout_s`.
+        self.deadline_s = self.timeout_s * math.ceil(concurrency / entry.workers) + 5.0
+        self.tool_turns = is_verl_interaction(import_class(entry.class_name, where=entry.where))
         self._ctx = mp.get_context("spawn")
         self._authkey = secrets.token_bytes(32)
         self._workers: list[_Worker | None] = [None] * entry.workers
-        self._generations = [0] * entry.workers
+        self._failed_starts = 0
         self._next = itertools.cycle(range(entry.workers))
         self._lock = threading.Lock()
         self._workers[0] = self._start(0)  # a broken environment fails the run at start
-        self.scores = self._request(_ServedState(0, 0, -1), ("scores",), kind="reset")
+        try:
+            self.scores = bool(self._request(_ServedState(self._workers[0], -1), ("scores",), kind="start"))
+        except EnvError as err:
+            self.shutdown()
+            raise ValueError(f"{entry.where}: {err}") from None
 
     def _start(self, index: int) -> _Worker:
-        return _Worker(self.entry, ctx=self._ctx, authkey=self._authkey, index=index)
+        return _Worker(self.entry, ctx=self._ctx, authkey=self._authkey, index=index, timeout_s=self.timeout_s)
 
     def reset(self, sample: Sample) -> _ServedState:
         with self._lock:
             index = next(self._next)
-            if self._workers[index] is None:
-                self._workers[index] = self._start(index)
-                self._generations[index] += 1
-            generation = self._generations[index]
-        state_id = self._request(_ServedState(index, generation, -1), ("reset", sample), kind="reset")
-        return _ServedState(index, generation, state_id)
+            worker = self._workers[index]
+            if worker is None:
+                if self._failed_starts >= _MAX_FAILED_STARTS:
+                    raise EnvError("crashed", f"{self.entry.name}: {self._failed_starts} worker processes in a "
+                                              "row failed to start; no new conversation can start")
+                try:
+                    worker = self._workers[index] = self._start(index)
+                    self._failed_starts = 0
+                except ValueError as err:
+                    self._failed_starts += 1
+                    raise EnvError("crashed", str(err)) from None
+        return _ServedState(worker, self._request(_ServedState(worker, -1), ("reset", sample), kind="reset"))
 
     def step(self, state: _ServedState, reply: str):
         return checked_step(self._request(state, ("step", state.state_id, reply), kind="step"))
@@ -110,48 +139,50 @@ class ServedEnvironment:
         self._request(state, ("close", state.state_id), kind="close")
 
     def _request(self, state: _ServedState, message: tuple, *, kind: str) -> Any:
-        worker = self._workers[state.worker]
-        if worker is None or self._generations[state.worker] != state.generation:
-            raise EnvError("crashed", f"{self.entry.name}: the worker process that held this "
-                                      "conversation was replaced")
+        worker = state.worker
         with worker.lock:
+            if not worker.alive:
+                raise EnvError("crashed", f"{self.entry.name}: the worker process that held this "
+                                          "conversation was stopped")
             try:
                 worker.conn.send(message)
                 if not worker.conn.poll(self.timeout_s):
-                    self._replace(state.worker, worker, f"no answer to {kind} within {self.timeout_s:g} s")
+                    self._replace(worker, f"no answer to {kind} within {self.timeout_s:g} s")
                     raise EnvError("timeout", f"{self.entry.name}: no answer to {kind} within "
                                               f"{self.timeout_s:g} s; its worker process was stopped")
                 reply = worker.conn.recv()
-            except (EOFError, OSError, BrokenPipeError) as err:
-                self._replace(state.worker, worker, f"{type(err).__name__}")
+            except (EOFError, OSError) as err:
+                self._replace(worker, type(err).__name__)
                 raise EnvError("crashed", f"{self.entry.name}: its worker process exited "
                                           f"(exit code {worker.process.exitcode})") from None
         if reply[0] == "error":
             raise EnvError(reply[1], f"{self.entry.name}: {reply[2]}")
         return reply[1]
 
-    def _replace(self, index: int, worker: _Worker, why: str) -> None:
-        """Stop `worker`; its conversations are lost, a new one starts at the next reset."""
+    def _replace(self, worker: _Worker, why: str) -> None:
+        """Stop `worker` (its lock is held); its conversations are lost, a new
+        worker starts at the next reset."""
+        worker.alive = False
         worker.kill()
         with self._lock:
-            if self._workers[index] is worker:
-                self._workers[index] = None
+            if self._workers[worker.index] is worker:
+                self._workers[worker.index] = None
         log.warning("environment %s: worker %d stopped (%s); its conversations end, scored 0",
-                    self.entry.name, index, why)
+                    self.entry.name, worker.index, why)
 
     def shutdown(self) -> None:
         for worker in self._workers:
             if worker is not None:
+                worker.alive = False
                 worker.kill()
 
 
-def serve(class_name: str, config: dict, name: str, where: str, authkey: bytes, report: Connection) -> None:
+def serve(class_name: str, config: dict, name: str, where: str, timeout_s: float, authkey: bytes,
+          report: Connection) -> None:
     """A worker's main: build the environment, listen on 127.0.0.1, answer
     requests one at a time until the trainer goes away."""
-    from thinkrl.envs.classes import make_environment
-
     try:
-        env = make_environment(class_name, config, name=name, where=where)
+        env = make_environment(class_name, config, name=name, where=where, timeout_s=timeout_s)
         listener = Listener(("127.0.0.1", 0), authkey=authkey)
     except Exception as err:  # reported to the trainer, which stops the run at start
         report.send(("error", f"{type(err).__name__}: {err}"))

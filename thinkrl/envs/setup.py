@@ -3,6 +3,7 @@ which environment) and the loop around the rollout engine."""
 
 from __future__ import annotations
 
+import math
 from typing import Iterable
 
 from thinkrl.config import Config
@@ -11,11 +12,13 @@ from thinkrl.envs.routing import SINGLE_TURN, TOOL_AGENT, EnvRouter, build_entry
 from thinkrl.envs.textarena import TextArenaEnv
 from thinkrl.envs.tool_env import ToolEnvironment, ToolLimits
 from thinkrl.envs.turn_tokens import TurnTokens
+from thinkrl.envs.users import RetryUser
 from thinkrl.records import Sample
 from thinkrl.tools.registry import ToolRunner
 
-BUILTINS = {"textarena": TextArenaEnv}
-"""Environments a row reaches without an interaction file (`routing.BUILTIN_ROUTES`)."""
+BUILTINS = {"textarena": TextArenaEnv, "retry_user": RetryUser}
+"""Environments a row reaches without an interaction file (by `routing.BUILTIN_ROUTES`,
+its agent_name or env.by_data_source)."""
 
 
 def run_router(cfg: Config, tools: ToolRunner | None) -> EnvRouter:
@@ -26,14 +29,20 @@ def run_router(cfg: Config, tools: ToolRunner | None) -> EnvRouter:
     named = {}
     try:
         for entry in entries:
-            named[entry.name] = build_entry(entry, default_timeout_s=cfg.env.step_timeout_s)
+            named[entry.name] = build_entry(entry, default_timeout_s=cfg.env.step_timeout_s,
+                                            concurrency=cfg.env.concurrency)
     except BaseException:
         EnvRouter(named=named, by_data_source={}, default=SINGLE_TURN, wrap_tools=None, builtins={}).close()
         raise
     limits = ToolLimits(max_parallel_calls=mt.max_parallel_calls,
                         max_tool_response_length=mt.max_tool_response_length,
                         truncate_side=mt.tool_response_truncate_side, format=mt.format)
-    wrap = None if tools is None else (lambda inner: ToolEnvironment(tools, limits, inner=inner))
+    # A turn's calls run one after another, each waiting for one of tool_concurrency slots that
+    # the batch's env.concurrency steps share: a step's deadline covers that queue.
+    queue = math.ceil(cfg.env.concurrency / mt.tool_concurrency) * mt.max_parallel_calls
+    deadline = max(cfg.env.step_timeout_s, mt.tool_timeout_s * queue + 5.0)
+    wrap = None if tools is None else (lambda inner: ToolEnvironment(tools, limits, inner=inner,
+                                                                     deadline_s=deadline))
     return EnvRouter(named=named, by_data_source=cfg.env.by_data_source,
                      default=TOOL_AGENT if tools is not None else SINGLE_TURN,
                      wrap_tools=wrap, builtins=dict(BUILTINS))

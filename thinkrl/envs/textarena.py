@@ -12,10 +12,11 @@ the share of disks in place). Step metrics: ``win`` (reward 1) and
 
 Games run on the ``-raw`` wrapper (only the new messages after each move,
 not textarena's running transcript, which the conversation already holds),
-one `ta.make` per game (its wrappers keep history across resets). textarena
-seeds Python's global `random` at reset; every call here holds one lock and
-restores `random`'s state after, so games on several threads neither
-interleave their draws nor move the trainer's generator.
+one `ta.make` per game (its wrappers keep history across resets).
+textarena seeds and draws from Python's global `random`; every call here
+holds one lock, gives the game its own `random` state (seeded by the row at
+reset) and puts the trainer's back after, so a game's draws come from its
+seed alone and the trainer's generator never moves.
 
 Only offline games are worth listing: Hangman, Wordle, WordLadder and
 WordSearch download nltk corpora at import, TwentyQuestions calls an API.
@@ -34,8 +35,9 @@ from thinkrl.records import Sample
 DATA_SOURCE_PREFIX = "textarena/"
 INSTALL = "pip install 'thinkrl[envs]' (or pip install textarena==0.7.4)"
 OFFLINE_GAMES = ("GuessTheNumber-v0", "TowerOfHanoi-v0", "FrozenLake-v0", "Mastermind-v0",
-                 "LightsOut-v0", "Minesweeper-v0", "FifteenPuzzle-v0", "Countdown-v0")
-"""Games checked to run without network here (textarena 0.7.4)."""
+                 "LightsOut-v0", "Minesweeper-v0", "FifteenPuzzle-v0")
+"""Games checked to run without network here (textarena 0.7.4). Countdown-v0
+also runs but is one fixed puzzle whatever the seed: no use as a data set."""
 _LOCK = threading.RLock()
 
 
@@ -46,24 +48,37 @@ def check_installed() -> None:
         raise ValueError(f"textarena rows need the textarena package ({err}): {INSTALL}") from None
 
 
-class _Seeded:
-    """Hold the lock; leave Python's `random` as it was found."""
+@dataclass
+class _Game:
+    env: Any
+    rng: Any = None
+    """The game's own state of Python's `random` (textarena draws from the global one)."""
+    moves: int = 0
+    over: bool = False
+    """The game ended and was closed (textarena scores a game at close)."""
+    first: str = ""
+    """The text the game showed before the first move."""
+
+
+class _OwnRandom:
+    """Hold the lock and give the game its own `random` state for the call
+    (the trainer's is kept aside and put back), so a game's draws come from
+    its seed whatever other games or the trainer drew in between."""
+
+    def __init__(self, game: _Game | None = None) -> None:
+        self.game = game
 
     def __enter__(self) -> None:
         _LOCK.acquire()
         self.saved = random.getstate()
+        if self.game is not None and self.game.rng is not None:
+            random.setstate(self.game.rng)
 
     def __exit__(self, *exc) -> None:
+        if self.game is not None:
+            self.game.rng = random.getstate()
         random.setstate(self.saved)
         _LOCK.release()
-
-
-@dataclass
-class _Game:
-    env: Any
-    moves: int = 0
-    over: bool = False
-    """The game ended and was closed (textarena scores a game at close)."""
 
 
 def game_of(sample: Sample) -> tuple[str, int]:
@@ -79,24 +94,21 @@ def game_of(sample: Sample) -> tuple[str, int]:
 def first_observation(game: str, seed: int) -> str:
     """The text a game shows before the first move (the row's prompt)."""
     state = _start(game, seed)
-    with _Seeded():
+    with _OwnRandom(state):
         state.env.close()
     return state.first
 
 
-@dataclass
-class _Started(_Game):
-    first: str = ""
-
-
-def _start(game: str, seed: int) -> _Started:
+def _start(game: str, seed: int) -> _Game:
     import textarena as ta
 
-    with _Seeded():
-        env = ta.make(f"{game}-raw")
-        env.reset(num_players=1, seed=seed)
-        _, observations = env.get_observation()
-    return _Started(env, first=_game_text(observations))
+    state = _Game(env=None)
+    with _OwnRandom(state):  # reset seeds `random` with the row's seed: the game keeps that state
+        state.env = ta.make(f"{game}-raw")
+        state.env.reset(num_players=1, seed=seed)
+        _, observations = state.env.get_observation()
+    state.first = _game_text(observations)
+    return state
 
 
 def _game_text(observations) -> str:
@@ -118,7 +130,7 @@ class TextArenaEnv:
         return _start(game, seed)
 
     def step(self, state: _Game, reply: str) -> EnvStep:
-        with _Seeded():
+        with _OwnRandom(state):
             done, _info = state.env.step(reply)
             state.moves += 1
             if not done:
@@ -133,5 +145,5 @@ class TextArenaEnv:
 
     def close(self, state: _Game) -> None:
         if not state.over:  # cut short (length, turn limit, a failure)
-            with _Seeded():
+            with _OwnRandom(state):
                 state.env.close()

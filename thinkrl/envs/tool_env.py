@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from thinkrl.config.schema_multi_turn import MultiTurnConfig
 from thinkrl.envs.base import EnvStep
 from thinkrl.records import Sample
 from thinkrl.tools.calls import ToolCall, parse_tool_calls
@@ -23,10 +24,11 @@ from thinkrl.tools.registry import ToolRunner, truncated
 
 @dataclass(frozen=True)
 class ToolLimits:
-    max_parallel_calls: int = 1
-    max_tool_response_length: int = 256
-    truncate_side: str = "middle"
-    format: str = "hermes"
+    # the defaults are the config's (MultiTurnConfig), not copies
+    max_parallel_calls: int = MultiTurnConfig.max_parallel_calls
+    max_tool_response_length: int = MultiTurnConfig.max_tool_response_length
+    truncate_side: str = MultiTurnConfig.tool_response_truncate_side
+    format: str = MultiTurnConfig.format
 
 
 @dataclass
@@ -37,9 +39,13 @@ class _State:
 class ToolEnvironment:
     """Tools, then optionally `inner` for turns without tool calls."""
 
-    def __init__(self, runner: ToolRunner, limits: ToolLimits, *, inner: Any = None) -> None:
+    def __init__(self, runner: ToolRunner, limits: ToolLimits, *, inner: Any = None,
+                 deadline_s: float | None = None) -> None:
         self.runner, self.limits, self.inner = runner, limits, inner
         self.scores = bool(getattr(inner, "scores", False))
+        self.deadline_s = deadline_s
+        """A step's calls each stop at the tool deadline, but may queue for the
+        tool slots first (`thinkrl.envs.setup` sizes this for the worst queue)."""
 
     def reset(self, sample: Sample) -> _State:
         return _State(self.inner.reset(sample) if self.inner is not None else None)

@@ -19,7 +19,7 @@ gets them as ``extra_info["turn_scores"]``.
 
 The coroutines run on one event loop per interaction, on a thread of its
 own, so an interaction's async resources (clients, locks) live on one loop
-as in verl.
+as in verl; each call has the environment deadline and is cancelled past it.
 
 verl not installed: a file that does ``from verl.interactions.base import
 BaseInteraction`` still imports: while thinkrl imports it (and only if no
@@ -32,6 +32,7 @@ imports ``verl.utils.reward_score``) needs verl installed.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import importlib
 import importlib.util
@@ -92,17 +93,39 @@ class VerlInteraction:
     """An `Environment` around one verl interaction object."""
 
     scores = False  # verl: the reward function scores the response; turn scores go to it
+    tool_turns = True  # verl's tool agent: tools answer the turns with calls, the interaction the others
 
-    def __init__(self, interaction: Any, *, name: str) -> None:
+    def __init__(self, interaction: Any, *, name: str, timeout_s: float) -> None:
         self.interaction = interaction
         self.name = name
+        self.timeout_s = timeout_s
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
                                         name=f"interaction-{name}")
         self._thread.start()
+        self._stalled = False
 
     def _run(self, coroutine) -> Any:
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+        """Run `coroutine` on the interaction's loop within the deadline; past
+        it the coroutine is cancelled. A coroutine that blocks the loop itself
+        (a synchronous sleep or request) stalls every later call: after a
+        time-out, the loop is pinged first and a stalled loop fails at once."""
+        if self._stalled:
+            ping = asyncio.run_coroutine_threadsafe(asyncio.sleep(0), self._loop)
+            try:
+                ping.result(timeout=1.0)
+                self._stalled = False
+            except concurrent.futures.TimeoutError:
+                coroutine.close()
+                raise EnvError("timeout", f"{self.name}: its event loop is still blocked by an earlier call "
+                                          "(a coroutine that does blocking work)") from None
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        try:
+            return future.result(timeout=self.timeout_s)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            self._stalled = True
+            raise EnvError("timeout", f"{self.name}: no answer within {self.timeout_s:g} s") from None
 
     def reset(self, sample: Sample) -> _Conversation:
         kwargs = dict(sample.extra_info.get("interaction_kwargs") or {})
@@ -126,17 +149,19 @@ class VerlInteraction:
         done, text, score, _extra = result
         message = {"role": "user", "content": str(text)}
         state.messages.append(message)
-        return EnvStep(messages=(message,), reward=0.0 if score is None else float(score), done=bool(done))
+        return EnvStep(messages=(message,), reward=None if score is None else float(score), done=bool(done))
 
     def close(self, state: _Conversation) -> None:
         finalize = self.interaction.finalize_interaction
-        takes_id = len(inspect.signature(finalize).parameters) > 0
-        self._run(finalize(state.instance_id) if takes_id else finalize())
+        positional = [p for p in inspect.signature(finalize).parameters.values()
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
+        # verl's base class takes no id; every interaction it ships takes (instance_id, **kwargs)
+        self._run(finalize(state.instance_id) if positional else finalize())
 
     def shutdown(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
 
 
-def build_interaction(cls: type, *, name: str, config: dict) -> VerlInteraction:
+def build_interaction(cls: type, *, name: str, config: dict, timeout_s: float) -> VerlInteraction:
     """verl's construction: ``cls(config=config)`` with ``config["name"] = name``."""
-    return VerlInteraction(cls(config={**config, "name": name}), name=name)
+    return VerlInteraction(cls(config={**config, "name": name}), name=name, timeout_s=timeout_s)

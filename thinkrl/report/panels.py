@@ -62,7 +62,7 @@ class Panel:
 
 
 def all_panels(m: RunMetrics) -> list[Panel]:
-    return [reward_panel(m), validation_panel(m), length_panel(m), policy_panel(m),
+    return [reward_panel(m), breakdown_panel(m), validation_panel(m), length_panel(m), policy_panel(m),
             timing_panel(m), throughput_panel(m)]
 
 
@@ -79,6 +79,25 @@ def reward_panel(m: RunMetrics) -> Panel:
     _finish(ax, m, ylabel="score")
     return Panel("reward", title, "critic/score: the reward function's score of each training "
                  "response, averaged over the step's batch.", fig)
+
+
+def breakdown_panel(m: RunMetrics) -> Panel:
+    title = "Tasks and environments"
+    tasks = [k for k in m.matching("task/") if k.endswith("/acc/mean")]
+    envs = [k for k in m.matching("env/") if k.endswith("/turns/mean")]
+    if len(tasks) < 2 and not envs:
+        return Panel("breakdown", title, "not shown: one data source and no environment")
+    fig, axes = _figure(2 if envs else 1)
+    for key in tasks:
+        _line(axes[0], m, key, label=key[len("task/"):-len("/acc/mean")])
+    _finish(axes[0], m, ylabel="training accuracy")
+    for key in envs:
+        _line(axes[1], m, key, label=key[len("env/"):-len("/turns/mean")])
+    if envs:
+        _finish(axes[1], m, ylabel="turns per response (num_turns)")
+    return Panel("breakdown", title, "task/<data_source>/acc/mean: the share of each data source's "
+                 "training responses that are correct; env/<name>/turns/mean: the turns of each "
+                 "environment's conversations (errors: env/<name>/errors in metrics.jsonl).", fig)
 
 
 def validation_panel(m: RunMetrics) -> Panel:

@@ -12,7 +12,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from thinkrl.records import SINGLE_TURN, Rollouts, Sample, TurnStats
+from thinkrl.records import Rollouts, Sample, TurnStats
 from thinkrl.rewards.scorer import RewardScorer, ScoreResult
 
 
@@ -51,8 +51,8 @@ def score_rollouts(reward: RewardScorer, rollouts: Rollouts, texts: list[str], *
     """One score per response. Responses of an environment that owns the
     reward (games) score the sum of its step rewards; a response whose
     environment failed scores 0; every other response goes to the run's
-    reward function, an environment's with verl's extra_info additions
-    ``turn_scores`` (its step rewards) and ``num_turns``."""
+    reward function with verl's extra_info additions ``turn_scores`` (the
+    step rewards its environment gave) and ``num_turns``."""
     turns = rollouts.turns
     if turns is None:
         return reward.score(texts, rollouts.samples, give_up=give_up)
@@ -70,8 +70,8 @@ def score_rollouts(reward: RewardScorer, rollouts: Rollouts, texts: list[str], *
 
 
 def _with_turns(sample: Sample, turns: TurnStats, i: int) -> Sample:
-    if turns.environments[i] == SINGLE_TURN:
-        return sample
+    """verl's additions to extra_info in a batch of conversations (every row, a
+    single-turn one too: num_turns 2, no turn scores)."""
     num_turns = int(turns.assistant_turns[i] + turns.env_turns[i]) + 1  # verl counts the prompt's turn
     return dataclasses.replace(sample, extra_info={**sample.extra_info, "turn_scores": list(turns.turn_rewards[i]),
                                                    "num_turns": num_turns})
