@@ -133,7 +133,9 @@ def breakdown_metrics(rollouts: Rollouts, *, scores: Tensor,
         for kind in sorted(set(failures)):
             metrics[f"{prefix}/errors/{kind}"] = float(failures.count(kind))
         for key in sorted({k for i in rows for k in turns.metrics[i]}):
-            metrics[f"{prefix}/{key}/mean"] = sum(turns.metrics[i].get(key, 0.0) for i in rows) / len(rows)
+            # a count an environment reports repeats for a seed; a time does not
+            where = f"timing_s/env/{name}/{key}" if key.endswith("_seconds") else f"{prefix}/{key}/mean"
+            metrics[where] = sum(turns.metrics[i].get(key, 0.0) for i in rows) / len(rows)
     return metrics
 
 

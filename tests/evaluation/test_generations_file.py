@@ -21,7 +21,8 @@ def test_save_generations_writes_one_line_per_response(tmp_path):
     assert lines[1] == {"step": 7, "data_source": "thinkrl/arith", "prompt": "Q0 ‘quoted’",
                         "response": "A0.1", "ground_truth": "4", "score": 1.0,
                         "response_length": 4, "finish_reason": "stop", "prompt_index": 0,
-                        "row": 10, "accuracy": None}
+                        "row": 10, "accuracy": None, "environment": "single_turn_agent",
+                        "turns": 2, "env_failure": None}
     assert list(lines[0])[0] == "step"
     # the same step again (a resumed run) replaces the file, no temporary file is left
     save_generations(tmp_path, "val", 7, records[:1])

@@ -128,3 +128,33 @@ def test_the_smol_recipe_trains_a_step_and_the_model_stops_at_its_own_eos(smol_d
         run.close()
     (record,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert record["response_length/clip_ratio"] < 1 and record["response_length/min"] < 64
+
+
+def test_the_gym_recipe_trains_a_step_scored_per_task_by_reasoning_gym(smol_dir, asset_cache, tmp_path):
+    """`--config gym` at a quarter of its step: the built-in mix of three
+    reasoning-gym tasks, scored by their own scorers (no reward file), each
+    task in every batch and reported on its own."""
+    pytest.importorskip("reasoning_gym")
+    import json
+
+    from thinkrl.build import build_run
+    from thinkrl.config import load_config
+    from thinkrl.trainer import train_run
+
+    arr = "actor_rollout_ref"
+    cfg = load_config("gym", [
+        f"{arr}.model.path={smol_dir}", f"trainer.default_local_dir={tmp_path / 'run'}",
+        "data.train_batch_size=3", f"{arr}.rollout.n=2", f"{arr}.actor.ppo_mini_batch_size=3",
+        f"{arr}.actor.ppo_micro_batch_size_per_gpu=6",
+        "trainer.total_training_steps=1", "trainer.val_before_train=False", "trainer.test_freq=-1",
+        "trainer.progress_bar=False", "trainer.logger=[]"])
+    assert cfg.data.train_files == "builtin:gym/train" and cfg.custom_reward_function.path is None
+    run = build_run(cfg, log=lambda *_: None)
+    try:
+        train_run(run, log=lambda *_: None)
+    finally:
+        run.close()
+    (record,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    tasks = ("basic_arithmetic", "needle_haystack", "word_sequence_reversal")
+    assert [record[f"task/reasoning_gym/{t}/share"] for t in tasks] == [pytest.approx(1 / 3)] * 3
+    assert all(0 <= record[f"task/reasoning_gym/{t}/acc/mean"] <= 1 for t in tasks)

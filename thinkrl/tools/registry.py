@@ -22,6 +22,7 @@ import importlib
 import inspect
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -174,16 +175,21 @@ class ToolRunner:
         return [t.schema for t in self.tools.values()]
 
     def run(self, calls: list[ToolCall]) -> list[ToolOutcome]:
-        """The calls of one turn, in order; a slot is held only while a call runs."""
-        outcomes = []
-        for call in calls:
-            with self._slots:
-                result = run_all([functools.partial(self._answer, call)], concurrency=1,
-                                 timeout_s=self.timeout_s, name="tool")[0]
-            outcomes.append(result.value if isinstance(result, Finished) else ToolOutcome(
-                f"error: the tool {call.name!r} did not answer within {self.timeout_s:g} s",
-                True, self.timeout_s))
-        return outcomes
+        """The calls of one turn, side by side, in order of the calls; each
+        waits for a slot, and its deadline counts from when it gets one."""
+        if len(calls) <= 1:
+            return [self._run_one(call) for call in calls]
+        with ThreadPoolExecutor(len(calls), thread_name_prefix="tool-turn") as pool:
+            return list(pool.map(self._run_one, calls))
+
+    def _run_one(self, call: ToolCall) -> ToolOutcome:
+        with self._slots:
+            result = run_all([functools.partial(self._answer, call)], concurrency=1,
+                             timeout_s=self.timeout_s, name="tool")[0]
+        if isinstance(result, Finished):
+            return result.value
+        return ToolOutcome(f"error: the tool {call.name!r} did not answer within {self.timeout_s:g} s",
+                           True, self.timeout_s)
 
     def _answer(self, call: ToolCall) -> ToolOutcome:
         start = time.perf_counter()
