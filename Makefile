@@ -33,7 +33,7 @@ demo: install
 	$(BIN)/thinkrl train --config tiny trainer.save_freq=40
 
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=20
 	$(MAKE) test-vllm
 
 $(VLLM_VENV)/bin/thinkrl: pyproject.toml $(VLLM_CONSTRAINTS)

@@ -1,8 +1,14 @@
-"""thinkrl.atomic: a file is replaced whole or not at all."""
+"""thinkrl.atomic: a file is replaced whole or not at all; a folder is built
+once, by one process at a time."""
+
+import multiprocessing
+import os
+import time
+from pathlib import Path
 
 import pytest
 
-from thinkrl.atomic import atomic_path, atomic_write_text
+from thinkrl.atomic import atomic_path, atomic_write_text, build_once
 
 
 class _Interrupted(Exception):
@@ -38,3 +44,43 @@ def test_failure_before_anything_is_written_creates_no_file(tmp_path):
         with atomic_path(target):
             raise _Interrupted
     assert list(tmp_path.iterdir()) == []
+
+
+def _make_slowly(tmp: Path) -> None:
+    """A build that takes a while and counts itself (in the folder's parent)."""
+    tmp.mkdir()
+    with open(tmp.parent / "builds.log", "a") as log:
+        log.write(f"{os.getpid()}\n")
+    time.sleep(0.5)
+    (tmp / "part.txt").write_text("half")
+    (tmp / "done.txt").write_text("whole")
+
+
+def _ask(folder: str) -> str:
+    return str(sorted(p.name for p in build_once(Path(folder), _make_slowly, done="done.txt",
+                                                  log=lambda *_: None).iterdir()))
+
+
+def test_two_processes_asking_at_once_get_one_build(tmp_path):
+    folder = tmp_path / "cache" / "model"
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        got = pool.map_async(_ask, [str(folder)] * 2).get(timeout=60)
+    assert got == ["['done.txt', 'part.txt']"] * 2
+    assert len((tmp_path / "cache" / "builds.log").read_text().split()) == 1
+    assert sorted(p.name for p in folder.parent.iterdir()) == [".model.lock", "builds.log", "model"]
+
+
+def test_a_half_built_folder_is_replaced_and_a_failed_build_leaves_nothing(tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "part.txt").write_text("from a build that stopped")
+    build_once(folder, _make_slowly, done="done.txt", log=lambda *_: None)
+    assert (folder / "done.txt").read_text() == "whole"
+
+    def broken(tmp: Path) -> None:
+        tmp.mkdir()
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        build_once(tmp_path / "other", broken, done="done.txt")
+    assert not (tmp_path / "other").exists() and not list(tmp_path.glob(".other.tmp-*"))

@@ -6,14 +6,18 @@ rename is atomic only within one file system) and renamed over the target
 when complete; a failure removes the temporary file and leaves the target as
 it was. `durable=True` also fsyncs the file before the rename and the folder
 after it, so the new content survives a power loss (checkpoint trackers).
+`build_once` does the same for a whole folder that several processes may
+ask for at once (the built-in models and data sets).
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 
 @contextmanager
@@ -60,3 +64,38 @@ def fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def build_once(folder: str | Path, make: Callable[[Path], None], *, done: str, log=print) -> Path:
+    """`folder`, made by `make(tmp)` in a temporary folder beside it and
+    renamed into place, unless `folder/done` exists already. One process at
+    a time builds it (an exclusive lock on a file beside it): another that
+    asks meanwhile waits, then finds it made, so two runs started from an
+    empty cache both get the same folder. A folder without `done` (a build
+    from before this lock that stopped half-way) is replaced, and the
+    temporary folders of killed builds are removed. `make` may log the
+    temporary path: callers name `folder` in their own lines."""
+    folder = Path(folder)
+    if (folder / done).exists():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f".{folder.name}.lock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"waiting for another process that is making {folder} ...")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        if (folder / done).exists():  # the other process made it
+            return folder
+        for stale in folder.parent.glob(f".{folder.name}.tmp-*"):  # of builds that were killed
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
+        try:
+            make(tmp)
+            if not (tmp / done).exists():
+                raise RuntimeError(f"making {folder} wrote no {done}")
+            shutil.rmtree(folder, ignore_errors=True)
+            os.replace(tmp, folder)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return folder

@@ -37,6 +37,7 @@ from thinkrl.metrics import MetricsLog
 from thinkrl.parallel.device import synchronizer
 from thinkrl.preflight import check_backend, check_model
 from thinkrl.reward_watch import FailureBreaker, ZeroRewardWatch
+from thinkrl.rewards.gold_answers import gold_responses
 from thinkrl.rewards.scorer import RewardScorer
 from thinkrl.run import Roles, Run, RunSpec, RunState, StepSettings
 from thinkrl.stages.sampling import Draw, OverlongPenalty, build_sampler
@@ -101,8 +102,14 @@ def _assemble_with(cfg: Config, sizes: DerivedSizes, router: EnvRouter, *, train
                          "rollout process does not run yet: set async_training.mode=off")
     reward = RewardScorer.from_config(cfg)  # a bad custom reward file stops the run here
     # An unknown data_source stops the run here, not at step 1 (rows an environment scores need none).
-    reward.check_sources(p.sample.data_source for p in train_prompts + val_prompts
-                         if not router.owns_reward(p.sample))
+    scored = [p.sample for p in train_prompts + val_prompts if not router.owns_reward(p.sample)]
+    try:
+        reward.check_sources(s.data_source for s in scored)
+        if cfg.reward.startup_trial:  # a row per source, its gold answer in every format
+            reward.trial({s.data_source: s for s in reversed(scored)}.values(), gold_responses)
+    except BaseException:
+        reward.close()
+        raise
     train_loader = prompt_loader(cfg, train_prompts, pad_token_id=tokenizer.pad_token_id, log=log)
     total_steps = total_training_steps(cfg, batches_per_epoch=train_loader.batches_per_epoch)
     with_reference = cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward

@@ -21,6 +21,8 @@
 Each name resolves to an ordinary path under the cache folder
 (`$THINKRL_CACHE`, default `~/.cache/thinkrl`), so everything after this
 module reads real files with the same code as any user's data and model.
+Each is made once, by one process at a time (`thinkrl.atomic.build_once`):
+two runs started at once from an empty cache both get it.
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ import json
 import os
 from pathlib import Path
 
+from thinkrl.atomic import build_once
 from thinkrl.data.synthetic import ARITH_TRAIN_SIZE
 
 PREFIX = "builtin:"
+DATA_DONE = "test.parquet"  # each data set's last file written: it is complete when this is there
 
 
 def cache_dir() -> Path:
@@ -65,19 +69,19 @@ def resolve_data_files(spec: str | list[str], *, log=print) -> str | list[str]:
                          "builtin:calc/train, builtin:calc/test, "
                          "builtin:longtail/train, builtin:longtail/test, or a parquet path")
     folder = cache_dir() / "data" / f"arith-{ARITH_TRAIN_SIZE}"
-    if not (folder / "test.parquet").exists():
-        write_arith_parquet(folder, log=log)
+    build_once(folder, lambda tmp: write_arith_parquet(tmp, log=log, shown=folder), done=DATA_DONE, log=log)
     return str(folder / f"{name.split('/')[1]}.parquet")
 
 
-def write_arith_parquet(folder: Path, *, log=print) -> None:
-    """`thinkrl prep builtin --template chat --output FOLDER`: the same rows."""
+def write_arith_parquet(folder: Path, *, log=print, shown: Path | None = None) -> None:
+    """`thinkrl prep builtin --template chat --output FOLDER`: the same rows
+    (`shown`: the folder named in the log line, when `folder` is a temporary one)."""
     from thinkrl.data.prep import PrepRequest, prepare
 
     written = {w.split: w.rows for w in prepare(PrepRequest(source="builtin", output=folder,
                                                              template="chat", overwrite=True))}
     log(f"wrote the built-in arithmetic set ({written['train']} train / {written['test']} test) "
-        f"to {folder}")
+        f"to {shown or folder}")
 
 
 def calc_parquet(*, log=print) -> Path:
@@ -86,17 +90,18 @@ def calc_parquet(*, log=print) -> Path:
     from thinkrl.data.prep.examples import Example, to_verl_rows, write_rows
 
     folder = cache_dir() / "data" / f"calc-{calc.TRAIN_SIZE}-{calc.DATA_SEED}-v2"
-    if not (folder / "test.parquet").exists():
+
+    def make(tmp: Path) -> None:
         train, test = calc.split_problems(train=calc.TRAIN_SIZE, test=calc.TEST_SIZE)
         for split, problems in (("train", train), ("test", test)):
             examples = [Example(question=p.question, ground_truth=str(p.answer),
                                 data_source=calc.DATA_SOURCE, ability="math",
                                 original={"question": p.question, "expression": p.expression})
                         for p in problems]
-            write_rows(to_verl_rows(examples, split=split, instruction=None),
-                       folder / f"{split}.parquet")
+            write_rows(to_verl_rows(examples, split=split, instruction=None), tmp / f"{split}.parquet")
         log(f"wrote the built-in calculator task ({len(train)} train / {len(test)} test) to {folder}")
-    return folder
+
+    return build_once(folder, make, done=DATA_DONE, log=log)
 
 
 def longtail_parquet(*, log=print) -> Path:
@@ -107,13 +112,15 @@ def longtail_parquet(*, log=print) -> Path:
     from thinkrl.data.prep.examples import to_verl_rows, write_rows
 
     folder = cache_dir() / "data" / f"longtail-{longtail.TRAIN_SIZE}-{longtail.DATA_SEED}"
-    if not (folder / "test.parquet").exists():
+
+    def make(tmp: Path) -> None:
         train, test = longtail.split_problems(train=longtail.TRAIN_SIZE, test=longtail.TEST_SIZE)
         for split, problems in (("train", train), ("test", test)):
             write_rows(to_verl_rows([to_example(p, longtail.DATA_SOURCE) for p in problems], split=split,
-                                    instruction=INSTRUCTION), folder / f"{split}.parquet")
+                                    instruction=INSTRUCTION), tmp / f"{split}.parquet")
         log(f"wrote the built-in long-tail task ({len(train)} train / {len(test)} test) to {folder}")
-    return folder
+
+    return build_once(folder, make, done=DATA_DONE, log=log)
 
 
 def sums_parquet(*, log=print) -> Path:
@@ -127,16 +134,18 @@ def sums_parquet(*, log=print) -> Path:
     prompt_parts = json.dumps([sums.INSTRUCTION, sums.PHRASINGS, sums.DEMONSTRATION], sort_keys=True)
     key = hashlib.sha256(prompt_parts.encode()).hexdigest()[:8]
     folder = cache_dir() / "data" / f"sums-{sums.TEST_SIZE}-{sums.DATA_SEED}-{key}"
-    if not (folder / "test.parquet").exists():
+
+    def make(tmp: Path) -> None:
         train, test = sums.split_problems()
         for split, problems in (("train", train), ("test", test)):
             examples = [Example(question=p.question, ground_truth=str(p.answer), data_source=sums.DATA_SOURCE,
                                 ability="math", original={"question": p.question, "a": p.a, "b": p.b})
                         for p in problems]
             write_rows(to_verl_rows(examples, split=split, instruction=sums.INSTRUCTION,
-                                    demonstration=sums.DEMONSTRATION), folder / f"{split}.parquet")
+                                    demonstration=sums.DEMONSTRATION), tmp / f"{split}.parquet")
         log(f"wrote the built-in sums task ({len(train)} train / {len(test)} test) to {folder}")
-    return folder
+
+    return build_once(folder, make, done=DATA_DONE, log=log)
 
 
 def gym_parquet(*, log=print) -> Path:
@@ -147,12 +156,14 @@ def gym_parquet(*, log=print) -> Path:
     from thinkrl.data.prep import reasoning_gym as gym
 
     folder = cache_dir() / "data" / f"gym-{gym_mix.cache_key()}"
-    if not (folder / "test.parquet").exists():
+
+    def make(tmp: Path) -> None:
         rows = gym.generate(gym_mix.REQUEST)
-        write_splits(rows, output=folder, overwrite=True)
+        write_splits(rows, output=tmp, overwrite=True)
         log(f"wrote the built-in reasoning-gym mix ({len(rows['train'])} train / {len(rows['test'])} test, "
             f"tasks {', '.join(gym_mix.REQUEST.tasks)}) to {folder}")
-    return folder
+
+    return build_once(folder, make, done=DATA_DONE, log=log)
 
 
 def resolve_model_path(path: str, *, log=print) -> str:
@@ -180,7 +191,10 @@ def resolve_model_path(path: str, *, log=print) -> str:
     name, spec, build = builders[path]
     folder = cache_dir() / "models" / f"{name}-{spec.cache_key()}"
     if not (folder / "config.json").exists():
-        build(folder, spec, log=log)
+        def make(tmp: Path) -> None:  # its lines name the folder, not the temporary one
+            build(tmp, spec, log=lambda line: log(line.replace(str(tmp), str(folder))))
+
+        build_once(folder, make, done="config.json", log=log)
     elif folder not in _ANNOUNCED:  # the doctor and the run both resolve it: say it once
         log(f"using the cached tiny base model {folder}")
     _ANNOUNCED.add(folder)

@@ -12,6 +12,7 @@ import math
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch import Tensor
@@ -26,19 +27,29 @@ class StageTimer:
     accelerator at both ends of a stage (asynchronous kernels otherwise bill
     their time to whichever stage next waits for them)."""
 
-    def __init__(self, sync=lambda: None) -> None:
+    def __init__(self, sync=lambda: None, on_stage: Callable[[str], None] | None = None) -> None:
         self.seconds: dict[str, float] = {}
         self.sync = sync
+        self.on_stage = on_stage  # told the innermost stage running, as it changes (a progress line)
+        self._open: list[str] = []
 
     @contextmanager
     def __call__(self, stage: str):
         self.sync()
+        self._open.append(stage)
+        self._tell()
         start = time.perf_counter()
         try:
             yield
         finally:
             self.sync()
             self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - start
+            self._open.pop()
+            self._tell()
+
+    def _tell(self) -> None:
+        if self.on_stage is not None and self._open:
+            self.on_stage(self._open[-1])
 
     def metrics(self) -> dict[str, float]:
         return {f"timing_s/{stage}": value for stage, value in self.seconds.items()}

@@ -5,6 +5,7 @@ checked before anything loads: by `thinkrl train` at start and by
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import torch
 
@@ -91,3 +92,26 @@ def check_vllm_vision_usable() -> None:
             f"pip install the torchvision built for torch {torch.__version__} (a CPU torch needs "
             "PyTorch's CPU torchvision build; PyPI's links the CUDA libraries), or use "
             "actor_rollout_ref.rollout.name=native") from None
+
+
+def busy_machine_note() -> str | None:
+    """A line for the start of a run on a busy machine (other programs use
+    the cores this process may run on, or torch runs more threads than
+    there are cores), so that slow steps are not taken for a hang."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    found = []
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # not on every platform
+        load = 0.0
+    machine = os.cpu_count() or cores  # the load average counts the whole machine
+    if load >= 2 * machine:  # this run alone (its ranks, its workers starting) stays below
+        found.append(f"load average {load:.1f} on {machine} core{'s' if machine > 1 else ''}: "
+                     "other programs use them")
+    threads = torch.get_num_threads()
+    if threads > cores:
+        found.append(f"torch runs {threads} threads on {cores} cores (set OMP_NUM_THREADS={cores})")
+    if not found:
+        return None
+    return ("note: this machine is busy (" + "; ".join(found) + "): steps will take longer than "
+            "docs/benchmarks.md says")

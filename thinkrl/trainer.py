@@ -23,6 +23,7 @@ from thinkrl.evaluation import run_validation
 from thinkrl.generations import log_train_generations, log_val_generations
 from thinkrl.guard import DivergenceGuard
 from thinkrl.metrics import StageTimer, breakdown_metrics, rollout_metrics, throughput_metrics
+from thinkrl.preflight import busy_machine_note
 from thinkrl.run import Progress, Run
 from thinkrl.stages.advantages import compute_advantages, rollout_drift, shaped_rewards
 from thinkrl.stages.critic import actor_updates, critic_values, update_critic
@@ -54,6 +55,8 @@ def train_run(run: Run, *, log=print) -> TrainResult:
     log(spec.sizes.table())
     log(f"training for {spec.total_steps} steps "
         f"({state.train_loader.batches_per_epoch} steps per epoch)")
+    if (busy := busy_machine_note()) is not None:
+        log(busy)
     start = state.progress.step  # 0, or the step of the checkpoint resumed from
     first_val, last_val = validation_records(state.metrics_log.kept)
     # A resumed run validated before its first step already (and a sampled
@@ -73,7 +76,7 @@ def train_run(run: Run, *, log=print) -> TrainResult:
     bar = ProgressBar(run)
     guard = DivergenceGuard(run)
     for step in range(start + 1, spec.total_steps + 1):
-        metrics = train_step(run, step)
+        metrics = train_step(run, step, on_stage=bar.stage)
         guard.check(metrics, step=step)  # a destroyed policy is neither validated nor saved
         skipped_in_a_row = skipped_in_a_row + 1 if metrics.get("actor/skipped_updates") else 0
         if skipped_in_a_row >= MAX_SKIPPED_UPDATES:
@@ -84,10 +87,12 @@ def train_run(run: Run, *, log=print) -> TrainResult:
                 "Lower actor_rollout_ref.actor.optim.lr or check the rewards.")
         test_freq = trainer.test_freq  # <= 0: never (verl's rule, the last step included)
         if test_freq > 0 and (step % test_freq == 0 or step == spec.total_steps):
+            bar.stage("validation")
             last_val = validate(run, step=step)
             metrics.update(last_val)
         state.metrics_log.log(metrics, step=step)
         if should_save(trainer, step, spec.total_steps):
+            bar.stage("save")
             save_checkpoint(run, Progress(step, skipped_in_a_row), log=log)
         bar.update(metrics, last_val)
     bar.close()
@@ -102,11 +107,12 @@ def validate(run: Run, *, step: int) -> dict[str, float]:
     return result.metrics()
 
 
-def train_step(run: Run, step: int) -> dict[str, float]:
+def train_step(run: Run, step: int, *, on_stage=None) -> dict[str, float]:
     """Generate, score, estimate advantages, update the critic (PPO with a
-    critic only), update the actor, sync weights."""
+    critic only), update the actor, sync weights. `on_stage(name)`: told
+    each stage as it starts (the progress bar shows it)."""
     spec, roles, state, settings = run.spec, run.roles, run.state, run.spec.step
-    timer = StageTimer(roles.sync)
+    timer = StageTimer(roles.sync, on_stage=on_stage)
     with timer("step"):
         sampled = run.sample(timer)  # gen + reward (ReMax's baselines, DAPO's sampling)
         rollouts, texts, scored = sampled.rollouts, sampled.texts, sampled.scored
@@ -162,11 +168,16 @@ class ProgressBar:
 
     def __init__(self, run: Run) -> None:
         self.bar = None
+        self.name = run.spec.cfg.algorithm.adv_estimator
         if run.spec.cfg.trainer.progress_bar:
             from tqdm import tqdm
             self.bar = tqdm(total=run.spec.total_steps, initial=run.state.progress.step,
-                            desc=run.spec.cfg.algorithm.adv_estimator,
-                            unit="step", dynamic_ncols=True)
+                            desc=self.name, unit="step", dynamic_ncols=True)
+
+    def stage(self, name: str) -> None:
+        """Show the stage running now (a long step is not a hang: which part it is in shows)."""
+        if self.bar is not None:
+            self.bar.set_description(f"{self.name} [{name}]", refresh=True)
 
     def update(self, metrics: dict, last_val: dict) -> None:
         """Training reward of this step, and the latest validation accuracy."""
@@ -177,6 +188,7 @@ class ProgressBar:
         if accuracies:
             shown["val_acc"] = f"{sum(accuracies) / len(accuracies):.3f}"
         self.bar.set_postfix(shown, refresh=False)
+        self.bar.set_description(self.name, refresh=False)
         self.bar.update(1)
 
     def close(self) -> None:

@@ -222,3 +222,13 @@ def test_a_zero_learning_rate_is_accepted_with_a_note():
     assert len(notes) == 1 and notes[0].startswith(f"{ARR}.actor.optim.lr=0.0 has no effect: ")
     assert "learns nothing" in notes[0]
     assert not [n for n in inactive_settings(load_config(None, SMALL)) if ".optim.lr" in n]
+
+
+def test_a_deprecated_micro_batch_beside_its_per_device_key_is_refused_not_ignored() -> None:
+    """verl refuses `actor.ppo_micro_batch_size` beside `..._per_gpu`; thinkrl
+    used to take the per-device one and ignore the other silently."""
+    message = _problems(f"{ARR}.actor.ppo_micro_batch_size=8",
+                        f"{ARR}.rollout.log_prob_micro_batch_size=8", f"{ARR}.rollout.log_prob_micro_batch_size_per_gpu=4")
+    assert f"{ARR}.actor.ppo_micro_batch_size=8: {ARR}.actor.ppo_micro_batch_size_per_gpu=2 is set too" in message
+    assert f"keep {ARR}.rollout.log_prob_micro_batch_size_per_gpu (per device)" in message
+    validate(load_config(None, [*SMALL[:-1], f"{ARR}.actor.ppo_micro_batch_size=4"]))  # alone: 4 / 2 devices

@@ -169,3 +169,19 @@ def test_overrides_may_come_before_and_after_the_options(monkeypatch):
     assert seen["overrides"] == ["trainer.seed=3", "trainer.progress_bar=False"]
     with pytest.raises(SystemExit):
         main(["train", "--config", "tiny", "--no-such-flag"])
+
+
+def test_cfg_job_prints_the_resolved_config_and_runs_nothing(tmp_path, capsys):
+    """verl's `--cfg job`: the config a run would use, as YAML, and its problems."""
+    import yaml
+
+    run_dir = tmp_path / "run"
+    assert main(["train", "--config", "smol", "--cfg", "job", "actor_rollout_ref.rollout.n=4",
+                 f"trainer.default_local_dir={run_dir}"]) == 0
+    out, err = capsys.readouterr()
+    printed = yaml.safe_load(out)
+    assert printed["actor_rollout_ref"]["rollout"]["n"] == 4 and printed["data"]["train_files"] == "builtin:sums/train"
+    assert "recipe:" in err and not run_dir.exists()
+    assert main(["train", "--cfg", "job", "data.train_batch_size=7"]) == 2
+    out, err = capsys.readouterr()
+    assert yaml.safe_load(out)["data"]["train_batch_size"] == 7 and "data.train_batch_size=7" in err

@@ -54,12 +54,13 @@ def test_reward_file_hanging_at_import_stops_the_doctor_too(tiny, tmp_path, caps
 
 
 def test_reward_hangs_on_every_response(tiny, tmp_path, capsys):
-    """Case: the reward function hangs on every response.
+    """Case: the reward function hangs on every response (but the start-up trial's).
     Behaviour: each response stopped at reward.timeout_s until the failures make the breaker certain (9 of
     16 at rate 0.5), the rest left unscored (before: every response waited out); the run stops after step 1 (exit 1).
     Kept: no checkpoint and no metrics of the failed step: nothing was trained on timed-out scores."""
     run_dir, argv = tiny
-    path = _reward(tmp_path, "import time\n" + SCORE + "    time.sleep(1e9)\n")
+    path = _reward(tmp_path, "import time\n" + SCORE + "    if solution_str == ground_truth:\n"
+                   "        return 1.0  # passes the start-up trial\n    time.sleep(1e9)\n")
     assert main(argv(f"custom_reward_function.path={path}", "reward.timeout_s=0.5",
                      "trainer.total_training_steps=5", "trainer.save_freq=1")) == 1
     err = capsys.readouterr().err
@@ -71,12 +72,13 @@ def test_reward_hangs_on_every_response(tiny, tmp_path, capsys):
 
 
 def test_reward_raises_on_every_response(tiny, tmp_path, capsys):
-    """Case: the reward function raises on every response.
+    """Case: the reward function raises on every response (but the start-up trial's).
     Behaviour: stops after step 1 (exit 1) naming the first error and its row (before: exit 0, val acc 0);
     scoring stops at the 9th error of 16, when the limit is certain to be passed.
     Kept: the checkpoints saved before; nothing trained on failed scores."""
     run_dir, argv = tiny
-    path = _reward(tmp_path, SCORE + "    raise KeyError('answer')\n")
+    path = _reward(tmp_path, SCORE + "    if solution_str == ground_truth:\n"
+                   "        return 1.0  # passes the start-up trial\n    raise KeyError('answer')\n")
     assert main(argv(f"custom_reward_function.path={path}", "reward.num_workers=0",
                      "trainer.total_training_steps=5", "trainer.save_freq=1")) == 1
     err = capsys.readouterr().err
@@ -84,3 +86,33 @@ def test_reward_raises_on_every_response(tiny, tmp_path, capsys):
     assert "7 left unscored once the limit was certain to be passed" in err
     assert "First error: data_source thinkrl/arith, row" in err and "KeyError: 'answer'" in err
     assert on_disk(run_dir) == [] and steps_logged(run_dir) == []
+
+
+def test_reward_that_raises_on_every_call_stops_the_run_before_step_1(tiny, tmp_path, capsys):
+    """Case: the reward function raises on every call (a wrong key in extra_info).
+    Behaviour: exit 2 before step 1, naming the file, the row and the error, from trial calls on a row
+    per data_source with its gold answer in every format (before: found after a whole step).
+    Kept: nothing is written to the run folder."""
+    run_dir, argv = tiny
+    path = _reward(tmp_path, SCORE + "    return float(extra_info['units'] in solution_str)\n")
+    assert main(argv(f"custom_reward_function.path={path}", "trainer.total_training_steps=2")) == 2
+    err = capsys.readouterr().err
+    assert f"{path} (compute_score) failed on every response of the start-up trial (data_source " \
+           "thinkrl/arith, row " in err
+    assert "KeyError: 'units'" in err and "Fix the function" in err
+    assert not run_dir.exists() or sorted(p.name for p in run_dir.iterdir()) in ([], [LOCK_FILE])
+
+
+def test_reward_that_hangs_on_every_call_stops_the_run_before_step_1(tiny, tmp_path, capsys):
+    """Case: the reward function hangs on every call.
+    Behaviour: exit 2 after reward.timeout_s of the start-up trial, naming the file and saying to raise
+    reward.timeout_s.
+    Kept: nothing is written to the run folder."""
+    run_dir, argv = tiny
+    path = _reward(tmp_path, "import time\n" + SCORE + "    time.sleep(1e9)\n")
+    assert main(argv(f"custom_reward_function.path={path}", "reward.timeout_s=0.5",
+                     "trainer.total_training_steps=2")) == 2
+    err = capsys.readouterr().err
+    assert "failed on every response of the start-up trial" in err
+    assert "took longer than reward.timeout_s=0.5 s" in err and "raise reward.timeout_s" in err
+    assert not run_dir.exists() or sorted(p.name for p in run_dir.iterdir()) in ([], [LOCK_FILE])

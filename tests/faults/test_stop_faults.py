@@ -59,8 +59,8 @@ def test_destroyed_after_a_good_checkpoint(tiny, capsys, monkeypatch):
     run_dir, argv = tiny
     real = trainer.train_step
 
-    def step_that_destroys(run, step):
-        metrics = real(run, step)
+    def step_that_destroys(run, step, **options):
+        metrics = real(run, step, **options)
         if step == 2:
             with torch.no_grad():
                 for p in run.roles.actor.group.rank.actor.model.parameters():

@@ -11,7 +11,7 @@ peft = pytest.importorskip("peft")
 
 from thinkrl.models.forward import response_logprobs  # noqa: E402
 from thinkrl.models.lora import (LoraSettings, adapter_parameter_count, attach_lora,  # noqa: E402
-                                 load_adapter_weights, merged_tensors, module_key, saved_key)
+                                 load_adapter_weights, lora_of, merged_tensors, module_key, saved_key)
 
 
 def tiny_qwen2(seed: int = 0):
@@ -224,3 +224,13 @@ def test_the_native_engine_decodes_a_lora_model_fast_as_transformers_does() -> N
 def test_an_embedding_or_head_target_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match=r"adapts model.embed_tokens \(Embedding\)"):
         attach_lora(tiny_qwen2(), LoraSettings(rank=4, alpha=8, target_modules=("embed_tokens", "q_proj")))
+
+
+def test_each_model_carries_its_own_handle_whichever_was_built_last():
+    """A sharded build makes two models on rank 0 (the loaded one and the
+    skeleton): the handle comes from the model returned, not the last call."""
+    first, first_lora = with_adapter(0)
+    second, second_lora = with_adapter(1)
+    assert lora_of(first) is first_lora and lora_of(second) is second_lora
+    assert lora_of(tiny_qwen2()) is None
+    assert not any("thinkrl" in key for key in first.state_dict())

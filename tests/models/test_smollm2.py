@@ -4,6 +4,8 @@ package is absent; `make` installs it)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -119,6 +121,7 @@ def test_the_smol_recipe_trains_a_step_and_the_model_stops_at_its_own_eos(smol_d
         "data.train_batch_size=4", f"{arr}.rollout.n=4", f"{arr}.actor.ppo_mini_batch_size=4",
         f"{arr}.actor.ppo_micro_batch_size_per_gpu=16",
         "trainer.total_training_steps=1", "trainer.val_before_train=False", "trainer.test_freq=-1",
+        "trainer.save_freq=-1",
         "trainer.progress_bar=False", "trainer.logger=[]"])
     assert cfg.data.train_files == "builtin:sums/train" and cfg.reward.format_score == 0.0
     run = build_run(cfg, log=lambda *_: None)
@@ -147,6 +150,7 @@ def test_the_gym_recipe_trains_a_step_scored_per_task_by_reasoning_gym(smol_dir,
         "data.train_batch_size=3", f"{arr}.rollout.n=2", f"{arr}.actor.ppo_mini_batch_size=3",
         f"{arr}.actor.ppo_micro_batch_size_per_gpu=6",
         "trainer.total_training_steps=1", "trainer.val_before_train=False", "trainer.test_freq=-1",
+        "trainer.save_freq=-1",
         "trainer.progress_bar=False", "trainer.logger=[]"])
     assert cfg.data.train_files == "builtin:gym/train" and cfg.custom_reward_function.path is None
     run = build_run(cfg, log=lambda *_: None)
@@ -158,3 +162,23 @@ def test_the_gym_recipe_trains_a_step_scored_per_task_by_reasoning_gym(smol_dir,
     tasks = ("basic_arithmetic", "needle_haystack", "word_sequence_reversal")
     assert [record[f"task/reasoning_gym/{t}/share"] for t in tasks] == [pytest.approx(1 / 3)] * 3
     assert all(0 <= record[f"task/reasoning_gym/{t}/acc/mean"] <= 1 for t in tasks)
+
+
+def test_two_processes_asking_from_an_empty_cache_both_get_the_model(tmp_path):
+    """Two `thinkrl eval`s started at once used to fail in the second process
+    ([Errno 39] on the final rename): now one makes it and the other waits."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from thinkrl.builtin import resolve_model_path; "
+            "print(resolve_model_path('builtin:smollm2-135m-instruct', log=lambda *_: None))")
+    env = {**os.environ, "THINKRL_CACHE": str(tmp_path / "cache")}
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+    (folder,) = {out.strip() for out, _ in outs}
+    assert (tmp_path / "cache" / "models").exists() and Path(folder, "PROVENANCE.md").is_file()
+    assert sorted(p.name for p in Path(folder).parent.iterdir()) == sorted([Path(folder).name,
+                                                                             f".{Path(folder).name}.lock"])

@@ -13,10 +13,11 @@
       critic_optimizer.pt its AdamW state (its LR schedule and shuffle generator
                           are in trainer_state.pt)
       trainer_state.pt    LR schedule, loader (epoch, position), the actor's shuffle
-                          generator, each rank's engine sampling generator, the KL
-                          controller, the driver's global RNGs (torch CPU, python,
-                          numpy), each rank's accelerator RNGs (device_rng), step
-                          and the skipped-updates-in-a-row counter
+                          generator, the rollout side's generators and its kind
+                          (thinkrl.checkpoint.rollout_state), the KL controller,
+                          the driver's global RNGs (torch CPU, python, numpy),
+                          each rank's accelerator RNGs (device_rng), step and
+                          the skipped-updates-in-a-row counter
       config.yaml         the run's config when it was saved
       meta.json           step, thinkrl version, config digest; written last, it
                           marks the checkpoint complete
@@ -41,6 +42,7 @@ from pathlib import Path
 import torch
 import yaml
 
+from thinkrl.checkpoint.rollout_state import check_resumable, rollout_kind
 from thinkrl.checkpoint.sharded import ACTOR_DIR
 from thinkrl.checkpoint.store import MARKER, atomic_checkpoint, kept_on_disk, rotate, step_of
 from thinkrl.config.loading import config_to_dict
@@ -113,6 +115,7 @@ def _trainer_state(run: Run, progress: Progress, actor_state: dict) -> dict:
         "skipped_updates_in_a_row": progress.skipped_updates_in_a_row,
         "actor": actor_state,  # LR schedule and mini-batch shuffle generator
         "engine_generator": run.roles.engine.generator_state(),
+        "engine_kind": rollout_kind(run.spec.cfg),  # which of its shapes (`rollout_state`)
         "loader": run.state.train_loader.state_dict(),
         "kl_controller": None if kl_controller is None else kl_controller.state_dict(),
         "rng": capture_rng(),  # this (the driver's) process
@@ -130,6 +133,7 @@ def load_checkpoint(run: Run, folder: Path, *, log=print) -> Progress:
                          f"{FORMAT} this thinkrl ({thinkrl_version()}) reads")
     _note_config_changes(run.spec.cfg, folder, meta, log=log)
     state = torch.load(folder / TRAINER_STATE_FILE, map_location="cpu", weights_only=True)
+    check_resumable(state, run.spec.cfg, folder)  # before anything is read into the run
     run.roles.actor.load(folder)  # weights and optimizer, either layout, read before set
     run.roles.actor.load_state_dict(state["actor"])
     if run.roles.critic is not None:

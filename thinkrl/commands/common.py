@@ -50,11 +50,11 @@ def load_run_config(config: str | None, overrides: list[str], *, log=print, extr
     translation = mindspeed_translation(path)
     if translation is not None:  # MindSpeed-RL's layout: its keys become overrides, the user's win
         log(translation.table())
-        return load_config(None, [*translation.overrides(), *overrides, *extra])
+        return load_config(None, overrides, recipe_overrides=translation.overrides(), tool_overrides=extra)
     log(f"recipe: {path}" if path else
         "recipe: none, verl's defaults + the overrides given "
         "(to change the tiny recipe instead: thinkrl ... --config tiny key=value ...)")
-    return load_config(path, [*overrides, *extra])
+    return load_config(path, overrides, tool_overrides=extra)
 
 
 def mindspeed_translation(path: Path | None):

@@ -68,7 +68,7 @@ def eval_config(args):
 
     path = recipe_path(args.config) if args.config else None
     translation = mindspeed_translation(path)  # a MindSpeed-RL file: its translated keys
-    cfg = (load_config(None, [*translation.overrides(), *args.overrides]) if translation
+    cfg = (load_config(None, args.overrides, recipe_overrides=translation.overrides()) if translation
            else load_config(path, args.overrides))
     rollout = cfg.actor_rollout_ref.rollout
     val = rollout.val_kwargs

@@ -6,7 +6,8 @@ after `thinkrl train`; `--config tiny key=value ...` changes the tiny recipe.
 
 Before anything is built, the checks of `thinkrl doctor` run on the same
 config: their warnings are printed, and a failing check stops the run with
-its fix (`--skip-doctor` starts anyway).
+its fix (`--skip-doctor` starts anyway). `--cfg job` prints the resolved
+config and exits.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ def add_parser(sub) -> None:
     parser.add_argument("--config", help="recipe YAML file or built-in recipe name (default: tiny)")
     parser.add_argument("--skip-doctor", action="store_true",
                         help="start even when a `thinkrl doctor` check fails (they are not run)")
+    parser.add_argument("--cfg", choices=["job"],
+                        help="print the resolved config (every key, YAML) and its problems, then exit "
+                             "without running (Hydra's --cfg job, as verl's users know it)")
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides (verl style)")
 
 
@@ -29,12 +33,34 @@ def run(args) -> int:
     from thinkrl.trainer import train
 
     log = console_log()
+    if args.cfg == "job":
+        return print_config(args.config, args.overrides)
     cfg = load_run_config(args.config, args.overrides, log=log)
     if not args.skip_doctor:
         from thinkrl.commands.doctor import mindspeed_results
         preflight(cfg, log=log, extra=mindspeed_results(args.config, cfg))
     result = train(cfg, log=log)
     _summary(result, log)
+    return 0
+
+
+def print_config(config: str | None, overrides: list[str]) -> int:
+    """`--cfg job`: the config a run would use, as YAML on stdout (the recipe
+    named on stderr), then its problems, if any, on stderr; 2 when it has some."""
+    import sys
+
+    import yaml
+
+    from thinkrl.config import config_to_dict
+    from thinkrl.config.checks import validate
+
+    cfg = load_run_config(config, overrides, log=lambda line: print(line, file=sys.stderr))
+    print(yaml.safe_dump(config_to_dict(cfg), sort_keys=False), end="")
+    try:
+        validate(cfg)
+    except ValueError as err:
+        print(err, file=sys.stderr)
+        return 2
     return 0
 
 

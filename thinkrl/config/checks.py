@@ -18,7 +18,7 @@ from thinkrl.config.choices import (ADV_ESTIMATORS, KL_ESTIMATORS, LOSS_AGG_MODE
                                     POLICY_LOSS_MODES, REWARD_SCORERS, TEMPLATES, divisors,
                                     near_divisors)
 from thinkrl.config.async_checks import async_problems
-from thinkrl.config.critic_checks import critic_problems
+from thinkrl.config.critic_checks import critic_problems, uses_critic
 from thinkrl.config.keys import ARR, shown, value_at
 from thinkrl.config.lora_checks import lora_problems
 from thinkrl.config.multi_turn_checks import multi_turn_problems
@@ -66,6 +66,11 @@ _POSITIVE_IF_SET = (
     "data.val_batch_size", "trainer.total_training_steps", "trainer.max_actor_ckpt_to_keep",
     "data.gen_batch_size",
 )
+# verl's deprecated micro-batch counts over all devices, beside their per-device keys
+_DEPRECATED_PAIRS = tuple((f"{ARR}.{role}.{name}", f"{ARR}.{role}.{name}_per_gpu") for role, name in (
+    ("actor", "ppo_micro_batch_size"), ("rollout", "log_prob_micro_batch_size"),
+    ("ref", "log_prob_micro_batch_size"))) + tuple(
+    (f"critic.{name}", f"critic.{name}_per_gpu") for name in ("ppo_micro_batch_size", "forward_micro_batch_size"))
 # key -> (is the value accepted, what to do otherwise)
 _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     f"{ARR}.actor.clip_ratio": (lambda v: 0 < v < 1, "use a value in (0, 1), e.g. 0.2"),
@@ -147,6 +152,14 @@ def validate(cfg: Config) -> DerivedSizes:
     for key, (unsupported, fix) in _UNSUPPORTED.items():
         if unsupported(value_at(cfg, key)):
             bad(key, fix)
+    with_ref = cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
+    for total, per_device in _DEPRECATED_PAIRS:  # verl refuses both too (for the roles it builds)
+        built = not (total.startswith("critic.") and not uses_critic(cfg)
+                     or total.startswith(f"{ARR}.ref.") and not with_ref)
+        if built and value_at(cfg, total) is not None and value_at(cfg, per_device) is not None:
+            bad(total, f"{per_device}={value_at(cfg, per_device)} is set too, and only one counts: "
+                       f"keep {per_device} (per device) and remove {total} (verl's deprecated "
+                       "count over all devices)")
     _check_combinations(cfg, bad, problems)
     if sizes_ok:
         _check_divisibility(cfg, problems)

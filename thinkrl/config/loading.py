@@ -38,8 +38,12 @@ __all__ = ["config_to_dict", "flatten_keys", "load_config"]
 _RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 
 
-def load_config(recipe: str | Path | None = None, overrides: Sequence[str] = ()) -> Config:
-    """Return the run config: defaults < recipe file < overrides (in order).
+def load_config(recipe: str | Path | None = None, overrides: Sequence[str] = (), *,
+                recipe_overrides: Sequence[str] = (), tool_overrides: Sequence[str] = ()) -> Config:
+    """Return the run config: defaults < recipe file < `recipe_overrides` (a
+    recipe given as overrides: a MindSpeed-RL file's translation) <
+    `overrides` (the user's, in order) < `tool_overrides` (what a tool
+    forces, e.g. a rehearsal's step count).
 
     ``recipe`` is a YAML file path, or the name of a bundled recipe
     (``"tiny"`` -> ``thinkrl/recipes/tiny.yaml``). Raises ``ValueError`` for
@@ -47,15 +51,29 @@ def load_config(recipe: str | Path | None = None, overrides: Sequence[str] = ())
     value of the wrong type. Cross-field checks live in ``checks.validate``.
     """
     cfg = Config()
+    given: dict[str, int] = {}  # where each dotted key was set: 1 a recipe, 2 the user, 3 a tool
     if recipe is not None:
         path = _find_recipe(recipe)
-        _merge_mapping(cfg, "", _read_yaml(path), source=f"recipe {path}")
-    for override in overrides:
-        _apply_override(cfg, override)
+        mapping = _read_yaml(path)
+        _merge_mapping(cfg, "", mapping, source=f"recipe {path}")
+        given.update(dict.fromkeys(_dotted_keys(mapping), 1))
+    for level, group in ((1, recipe_overrides), (2, overrides), (3, tool_overrides)):
+        for override in group:
+            for key in _apply_override(cfg, override):
+                given[key] = level
     for key in flatten_keys(cfg):
         _resolve_key(cfg, key, ())
-    apply_verl_async_aliases(cfg)
+    apply_verl_async_aliases(cfg, given=given)
     return cfg
+
+
+def _dotted_keys(mapping: Mapping[Any, Any], prefix: str = "") -> list[str]:
+    """The dotted keys a (nested) recipe mapping sets."""
+    keys = []
+    for sub, value in mapping.items():
+        key = f"{prefix}.{sub}" if prefix else str(sub)
+        keys += _dotted_keys(value, key) if isinstance(value, Mapping) and value else [key]
+    return keys
 
 
 def config_to_dict(cfg: Any) -> dict[str, Any]:
@@ -109,7 +127,8 @@ def _read_yaml(path: Path) -> Mapping[str, Any]:
     return data
 
 
-def _apply_override(cfg: Config, override: str) -> None:
+def _apply_override(cfg: Config, override: str) -> list[str]:
+    """Apply one KEY=VALUE; returns the dotted keys it set."""
     text = override.strip()
     mode = "++" if text.startswith("++") else "+" if text.startswith("+") else ""
     body = text[len(mode) :]
@@ -128,6 +147,7 @@ def _apply_override(cfg: Config, override: str) -> None:
     except yaml.YAMLError:
         value = raw  # e.g. an unbalanced bracket: kept as text, rejected by non-string fields
     _assign(cfg, key, value, raw, add=bool(mode), replace=mode == "++", source=f"override {override!r}")
+    return _dotted_keys(value, key) if isinstance(value, Mapping) and value else [key]
 
 
 def _merge_mapping(cfg: Config, prefix: str, mapping: Mapping[Any, Any], *, source: str) -> None:

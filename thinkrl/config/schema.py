@@ -302,6 +302,11 @@ class RewardConfig:
     ``failure_window_steps`` steps failed to score (raised or timed out); 1.0 never stops."""
     failure_window_steps: int = 3
     """Steps over which ``max_failure_rate`` is judged (from the first step on)."""
+    startup_trial: bool = True
+    """Call a custom reward function at start on a row per data source, with
+    the gold answer written the ways rewards read it (plain, ``#### 72``,
+    ``\\boxed{72}``, ``<answer>`` tags), and stop when every call fails; false
+    for a function that reads only a format of its own."""
 
 
 @dataclass

@@ -219,7 +219,18 @@ def attach_lora(model: torch.nn.Module, settings: LoraSettings) -> Lora:
         raise nothing
     lora = Lora(peft_model, model)
     _check_adapted_layers(lora, settings)
+    model.__dict__[_HANDLE] = lora  # beside the modules, not one of them: `lora_of`
     return lora
+
+
+_HANDLE = "_thinkrl_lora"
+
+
+def lora_of(model: torch.nn.Module) -> Lora | None:
+    """The handle `attach_lora` gave `model` (None for a model without
+    adapters): read from the model a build returns, so it is always that
+    model's, whichever models were built before."""
+    return model.__dict__.get(_HANDLE)
 
 
 def _check_adapted_layers(lora: Lora, settings: LoraSettings) -> None:

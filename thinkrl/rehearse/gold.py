@@ -10,26 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from thinkrl.records import Sample
+from thinkrl.rewards.gold_answers import formatted, gold_responses  # noqa: F401  (gold_responses: used by callers)
 
 WRONG_ANSWER = "I do not know."
 MARKERS = ("<think>", "<answer>", "####", "\\boxed")
 """Format marks a rule reward may require of an answer, which the prompt must then ask for."""
-
-
-def formatted(answer: str) -> list[str]:
-    """`answer` as plain text and in the formats rule rewards read."""
-    return [answer, f"#### {answer}", f"The answer is \\boxed{{{answer}}}.",
-            f"<think>\nThe answer is {answer}.\n</think>\n<answer>\\boxed{{{answer}}}</answer>",
-            f"<think>\nThe answer is {answer}.\n</think>\n<answer>{answer}</answer>"]
-
-
-def gold_responses(sample: Sample) -> list[str]:
-    """The gold answer of `sample` in every format, and its worked solution when the row has one."""
-    written = formatted(sample.ground_truth)
-    solution = sample.extra_info.get("answer") if isinstance(sample.extra_info, dict) else None
-    if isinstance(solution, str) and solution.strip() and solution not in written:
-        written.append(solution)  # e.g. GSM8K's worked solution ending "#### 72"
-    return written
 
 
 def wrong_responses(sample: Sample) -> list[str]:

@@ -95,6 +95,7 @@ def project(real: Config, *, prompt_tokens: list[int], last_step: dict,
     for micro in (b for b in range(1, per_device + 1) if per_device % b == 0):
         cfg = copy.deepcopy(real)
         cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu = micro
+        cfg.actor_rollout_ref.actor.ppo_micro_batch_size = None  # verl's all-device key, replaced
         ctx = DoctorContext(cfg, device=device)  # the cluster's kind, not this machine's
         tried.append((micro, estimate_memory(ctx, capacity=capacity).peak))
         if tried[-1][1] > capacity and len(tried) > 1 and tried[-2][1] > capacity:

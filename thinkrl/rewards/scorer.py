@@ -111,6 +111,53 @@ class RewardScorer:
         if self.spec is not None:  # a function given in-process takes every row
             self.spec.check_sources(data_sources)
 
+    def trial(self, samples: Iterable[Sample], responses: Callable[[Sample], list[str]]) -> None:
+        """Call a custom reward function on each given row with each of
+        `responses(row)` (its gold answer written the ways rewards read it);
+        ValueError naming the file, the row and the error when every one of
+        a row's calls raises or runs past reward.timeout_s. A function that
+        fails whatever the response (a wrong key, a missing import inside
+        it) stops the run before step 1 instead of after it. With
+        reward.num_workers=0 the calls run here, without a deadline, as
+        scoring does."""
+        if self.spec is None or not self.spec.custom_path:
+            return
+        tasks: list[Task] = []
+        owners: list[int] = []  # the given row each call tries
+        for row, sample in enumerate(samples):
+            for text in responses(sample):
+                tasks.append(Task(len(tasks), text, sample.data_source, sample.ground_truth,
+                                  sample.extra_info, sample.index))
+                owners.append(row)
+        if self._pool is None:
+            outcomes, timed_out = {t.position: score_one(self._function, t) for t in tasks}, []
+        else:
+            report = self._pool.run(tasks)
+            outcomes, timed_out = dict(report.outcomes), report.timed_out
+        rows: dict[int, list[str | None]] = defaultdict(list)  # per given row: each call's error
+        for task, row in zip(tasks, owners):
+            outcome = outcomes.get(task.position)
+            if task in timed_out:
+                error = f"took longer than reward.timeout_s={self._pool.timeout_s:g} s"
+            elif outcome is None:
+                error = "the worker process exited"
+            else:
+                error = None if outcome.error is None else outcome.error[:500]
+            rows[row].append(error)
+        where = f"{self.spec.custom_path} ({self.spec.custom_name})"
+        for task, row in zip(tasks, owners):
+            errors = rows[row]
+            if not all(errors):
+                continue
+            slow = all(e.startswith("took longer than") for e in errors)
+            fix = ("Make it faster or raise reward.timeout_s" if slow else
+                   "Fix the function: a response of the run that fails like these scores 0")
+            raise ValueError(
+                f"{where} failed on every response of the start-up trial (data_source "
+                f"{task.data_source}, row {task.index}, its gold answer written {len(errors)} ways, "
+                f"e.g. {task.text[:60]!r}): {errors[0]}. {fix}; a function that reads only a "
+                "format of its own can skip the trial with reward.startup_trial=false")
+
     def start(self) -> None:
         """Start the workers now rather than at the first `score` (optional)."""
         if self._pool is not None:

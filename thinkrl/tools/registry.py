@@ -186,6 +186,8 @@ class ToolRunner:
         with self._slots:
             result = run_all([functools.partial(self._answer, call)], concurrency=1,
                              timeout_s=self.timeout_s, name="tool")[0]
+        if isinstance(result, Finished) and result.error is not None:  # not an Exception: SystemExit, ...
+            return ToolOutcome(f"error: {type(result.error).__name__}: {result.error}", True, result.seconds)
         if isinstance(result, Finished):
             return result.value
         return ToolOutcome(f"error: the tool {call.name!r} did not answer within {self.timeout_s:g} s",

@@ -28,7 +28,7 @@ from thinkrl.config.critic_checks import CriticSizes
 from thinkrl.config.schema import CriticConfig
 from thinkrl.models.forward import in_micro_batches
 from thinkrl.models.loading import check_model_fits
-from thinkrl.models.lora import Lora, LoraSettings, attach_lora
+from thinkrl.models.lora import Lora, LoraSettings, attach_lora, lora_of
 from thinkrl.models.value import load_value_model, response_values, value_head_name, value_model_skeleton
 from thinkrl.parallel import fsdp
 from thinkrl.records import CriticBatch
@@ -134,12 +134,11 @@ def build_critic(spec, *, device: torch.device, autocast: Callable[[], ContextMa
 
     # critic.model.lora_rank: adapters on the decoder; the fresh value head trains whole.
     settings = LoraSettings.of(critic.model, key="critic.model")
-    held: list[Lora] = []
 
     def with_lora(model: torch.nn.Module) -> torch.nn.Module:
         if settings is not None:
             head = value_head_name(model)
-            held.append(attach_lora(model, settings.excluding(head)))
+            attach_lora(model, settings.excluding(head))
             getattr(model, head).requires_grad_(True)
         return model
 
@@ -155,4 +154,4 @@ def build_critic(spec, *, device: torch.device, autocast: Callable[[], ContextMa
         device=device, param_offload=param_offload)
     return CriticWorker(model, critic, spec.sizes.critic, total_steps=spec.total_steps,
                         response_length=spec.sizes.response_length,
-                        autocast=autocast, device=device, lora=held[-1] if held else None, base_model=path)
+                        autocast=autocast, device=device, lora=lora_of(model), base_model=path)

@@ -29,7 +29,8 @@ from thinkrl.config import Config
 from thinkrl.config.sizes import DerivedSizes
 from thinkrl.models.loading import (causal_lm_skeleton, check_model_fits, load_causal_lm,
                                     load_generation_config)
-from thinkrl.models.lora import Lora, LoraSettings, attach_lora, load_adapter_weights, merged_tensors
+from thinkrl.models.lora import (Lora, LoraSettings, attach_lora, load_adapter_weights, lora_of,
+                                 merged_tensors)
 from thinkrl.models.vision import apply_model_settings, unsplit_modules
 from thinkrl.parallel import fsdp
 from thinkrl.parallel.device import (autocast, bind_rank_device, compute_dtype, empty_cache,
@@ -101,11 +102,11 @@ class PolicyRank:
         torch.manual_seed(cfg.trainer.seed)
         dtype = compute_dtype(self.device, arr.model.dtype)
         self.autocast = autocast(self.device, dtype)
-        self.lora: Lora | None = None  # LoRA (model.lora_rank > 0): set by _load
         self._base_to_attest: Ledger | None = None  # its base's digests, until the first sync checks them
         model = self._load(gradient_checkpointing=arr.model.enable_gradient_checkpointing,
                            dtype=dtype, param_offload=offload[0], weights_dtype=torch.float32,
                            lora=LoraSettings.of(arr.model))
+        self.lora: Lora | None = lora_of(model)  # LoRA (model.lora_rank > 0): the actor's adapter
         sizes, rollout = spec.sizes, arr.rollout
         self.actor = ActorWorker(
             model, arr.actor, actor_update_spec(arr.actor, sizes), total_steps=spec.total_steps,
@@ -211,7 +212,7 @@ class PolicyRank:
         from disk by rank 0 alone, into host memory, and broadcast into the
         shards (`fsdp.build_model`). With `lora`, the adapters are attached
         before sharding (rank 0's initial or saved adapter is broadcast with the
-        base) and the handle of the model built kept in self.lora."""
+        base; `lora_of` reads the handle from the model returned)."""
         spec, model_cfg = self.spec, self.spec.cfg.actor_rollout_ref.model
         options = dict(trust_remote_code=model_cfg.trust_remote_code,
                        override_config=model_cfg.override_config,
@@ -223,9 +224,9 @@ class PolicyRank:
 
         def with_lora(model: torch.nn.Module, *, read_adapter: bool) -> torch.nn.Module:
             if lora is not None:
-                self.lora = attach_lora(model, lora)
+                handle = attach_lora(model, lora)
                 if read_adapter and lora.adapter_path is not None:  # model.lora_adapter_path
-                    load_adapter_weights(self.lora, lora.adapter_path)
+                    load_adapter_weights(handle, lora.adapter_path)
             return model
 
         def load(device: torch.device) -> torch.nn.Module:
