@@ -84,3 +84,23 @@ def test_a_half_built_folder_is_replaced_and_a_failed_build_leaves_nothing(tmp_p
     with pytest.raises(OSError, match="disk full"):
         build_once(tmp_path / "other", broken, done="done.txt")
     assert not (tmp_path / "other").exists() and not list(tmp_path.glob(".other.tmp-*"))
+
+
+def test_a_builtin_tiny_model_is_built_once_into_its_folder(tmp_path, monkeypatch):
+    """`builtin:tiny-qwen2` through build_once (a few pretraining steps here):
+    the folder is complete, its log lines name it, no temporary is left."""
+    import functools
+
+    from thinkrl import builtin
+    from thinkrl.models import tiny, tiny_calc, tiny_longtail  # noqa: F401  (built on the real spec first)
+
+    monkeypatch.setenv("THINKRL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(tiny, "TinyModelSpec", functools.partial(
+        tiny.TinyModelSpec, hidden_size=64, intermediate_size=128, num_layers=2, pretrain_problems=200,
+        pretrain_steps=3, batch_size=8))
+    lines: list[str] = []
+    folder = Path(builtin.resolve_model_path("builtin:tiny-qwen2", log=lines.append))
+    assert (folder / "config.json").is_file() and ".tmp" not in " ".join(lines)
+    assert any(str(folder) in line for line in lines)
+    assert sorted(p.name for p in folder.parent.iterdir()) == sorted([folder.name, f".{folder.name}.lock"])
+    assert builtin.resolve_model_path("builtin:tiny-qwen2", log=lines.append) == str(folder)

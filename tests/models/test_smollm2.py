@@ -105,31 +105,36 @@ def test_two_lora_steps_on_the_real_model_train_the_adapter_alone(smol_dir, tmp_
     assert records[-1]["actor/kl_loss"] > 0  # the adapter's policy left the base's
 
 
-def test_the_smol_recipe_trains_a_step_and_the_model_stops_at_its_own_eos(smol_dir, asset_cache, tmp_path):
-    """`--config smol` at a quarter of its step: the built-in sums with their
-    worked example in SmolLM2's own ChatML template, graded by GSM8K's strict
-    line without a format score; responses end at `<|im_end|>`, not the limit."""
+def _one_step(recipe: str, smol_dir, tmp_path, *overrides: str) -> tuple[object, dict]:
+    """One training step of a built-in recipe on the real model, without
+    validation or checkpoints: (its config, the step's metrics record)."""
     import json
 
     from thinkrl.build import build_run
     from thinkrl.config import load_config
     from thinkrl.trainer import train_run
 
-    arr = "actor_rollout_ref"
-    cfg = load_config("smol", [
-        f"{arr}.model.path={smol_dir}", f"trainer.default_local_dir={tmp_path / 'run'}",
-        "data.train_batch_size=4", f"{arr}.rollout.n=4", f"{arr}.actor.ppo_mini_batch_size=4",
-        f"{arr}.actor.ppo_micro_batch_size_per_gpu=16",
-        "trainer.total_training_steps=1", "trainer.val_before_train=False", "trainer.test_freq=-1",
-        "trainer.save_freq=-1",
-        "trainer.progress_bar=False", "trainer.logger=[]"])
-    assert cfg.data.train_files == "builtin:sums/train" and cfg.reward.format_score == 0.0
+    cfg = load_config(recipe, [
+        f"actor_rollout_ref.model.path={smol_dir}", f"trainer.default_local_dir={tmp_path / 'run'}",
+        *overrides, "trainer.total_training_steps=1", "trainer.val_before_train=False",
+        "trainer.test_freq=-1", "trainer.save_freq=-1", "trainer.progress_bar=False", "trainer.logger=[]"])
     run = build_run(cfg, log=lambda *_: None)
     try:
         train_run(run, log=lambda *_: None)
     finally:
         run.close()
     (record,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    return cfg, record
+
+
+def test_the_smol_recipe_trains_a_step_and_the_model_stops_at_its_own_eos(smol_dir, asset_cache, tmp_path):
+    """`--config smol` at a quarter of its step: the built-in sums with their
+    worked example in SmolLM2's own ChatML template, graded by GSM8K's strict
+    line without a format score; responses end at `<|im_end|>`, not the limit."""
+    arr = "actor_rollout_ref"
+    cfg, record = _one_step("smol", smol_dir, tmp_path, "data.train_batch_size=4", f"{arr}.rollout.n=4",
+                            f"{arr}.actor.ppo_mini_batch_size=4", f"{arr}.actor.ppo_micro_batch_size_per_gpu=16")
+    assert cfg.data.train_files == "builtin:sums/train" and cfg.reward.format_score == 0.0
     assert record["response_length/clip_ratio"] < 1 and record["response_length/min"] < 64
 
 
@@ -138,27 +143,10 @@ def test_the_gym_recipe_trains_a_step_scored_per_task_by_reasoning_gym(smol_dir,
     reasoning-gym tasks, scored by their own scorers (no reward file), each
     task in every batch and reported on its own."""
     pytest.importorskip("reasoning_gym")
-    import json
-
-    from thinkrl.build import build_run
-    from thinkrl.config import load_config
-    from thinkrl.trainer import train_run
-
     arr = "actor_rollout_ref"
-    cfg = load_config("gym", [
-        f"{arr}.model.path={smol_dir}", f"trainer.default_local_dir={tmp_path / 'run'}",
-        "data.train_batch_size=3", f"{arr}.rollout.n=2", f"{arr}.actor.ppo_mini_batch_size=3",
-        f"{arr}.actor.ppo_micro_batch_size_per_gpu=6",
-        "trainer.total_training_steps=1", "trainer.val_before_train=False", "trainer.test_freq=-1",
-        "trainer.save_freq=-1",
-        "trainer.progress_bar=False", "trainer.logger=[]"])
+    cfg, record = _one_step("gym", smol_dir, tmp_path, "data.train_batch_size=3", f"{arr}.rollout.n=2",
+                            f"{arr}.actor.ppo_mini_batch_size=3", f"{arr}.actor.ppo_micro_batch_size_per_gpu=6")
     assert cfg.data.train_files == "builtin:gym/train" and cfg.custom_reward_function.path is None
-    run = build_run(cfg, log=lambda *_: None)
-    try:
-        train_run(run, log=lambda *_: None)
-    finally:
-        run.close()
-    (record,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     tasks = ("basic_arithmetic", "needle_haystack", "word_sequence_reversal")
     assert [record[f"task/reasoning_gym/{t}/share"] for t in tasks] == [pytest.approx(1 / 3)] * 3
     assert all(0 <= record[f"task/reasoning_gym/{t}/acc/mean"] <= 1 for t in tasks)

@@ -20,42 +20,42 @@ def apply_verl_async_aliases(cfg: Config, *, given: Mapping[str, int] | None = N
     top, arr, trainer = cfg.rollout, cfg.actor_rollout_ref, cfg.trainer
     given = given or {}
 
-    def _alias(value, target, field: str, source: str, key: str) -> None:
-        """`source`: the alias key, then how its value was derived (after a space or '=')."""
-        if value is None:
+    def _alias(owner, alias: str, target, field: str, key: str, *, value=None, how: str = "") -> None:
+        """`owner.alias` (verl's key `{section}.{alias}`) stands for `target.field` (`key`);
+        `value` when it is derived from the alias's (`how` says how)."""
+        given_value = getattr(owner, alias)
+        if given_value is None:
             return
-        alias_key = source.split("=")[0].split(" ")[0]
-        alias, other = given.get(alias_key, 2), given.get(key, 0)
+        value = given_value if value is None else value
+        alias_key = f"{'rollout' if owner is top else 'async_training'}.{alias}"
+        at_alias, at_other = given.get(alias_key, 2), given.get(key, 0)
         current = getattr(target, field)
-        if other == alias and current != value:
-            raise ValueError(f"{source} gives {key}={value!r}, but {key}={current!r} is set too: "
+        if at_other == at_alias and current != value:
+            raise ValueError(f"{alias_key}{how} gives {key}={value!r}, but {key}={current!r} is set too: "
                              "keep one of them")
-        if other <= alias:
+        if at_other <= at_alias:
             setattr(target, field, value)
         else:  # the other name wins: the alias is cleared, so the saved config.yaml reloads alike
-            owner, name = alias_key.split(".")
-            setattr(cfg.rollout if owner == "rollout" else cfg.async_training, name, None)
+            setattr(owner, alias, None)
 
-    _alias(top.nnodes, arr.rollout, "nnodes", "rollout.nnodes", f"{ARR}.rollout.nnodes")
-    _alias(top.n_gpus_per_node, arr.rollout, "n_gpus_per_node", "rollout.n_gpus_per_node",
-           f"{ARR}.rollout.n_gpus_per_node")
-    _alias(top.n, arr.rollout, "n", "rollout.n", f"{ARR}.rollout.n")
-    _alias(top.total_epochs, trainer, "total_epochs", "rollout.total_epochs", "trainer.total_epochs")
+    _alias(top, "nnodes", arr.rollout, "nnodes", f"{ARR}.rollout.nnodes")
+    _alias(top, "n_gpus_per_node", arr.rollout, "n_gpus_per_node", f"{ARR}.rollout.n_gpus_per_node")
+    _alias(top, "n", arr.rollout, "n", f"{ARR}.rollout.n")
+    _alias(top, "total_epochs", trainer, "total_epochs", "trainer.total_epochs")
     if top.total_rollout_steps is not None:
         per_step = cfg.data.train_batch_size
         if per_step <= 0:
             raise ValueError(f"rollout.total_rollout_steps={top.total_rollout_steps} counts prompts; "
                              "set data.train_batch_size (async_training.require_batches x "
                              f"{ARR}.actor.ppo_mini_batch_size) to turn it into training steps")
-        _alias(max(1, top.total_rollout_steps // per_step), trainer, "total_training_steps",
-               f"rollout.total_rollout_steps={top.total_rollout_steps} // data.train_batch_size={per_step}",
-               "trainer.total_training_steps")
+        _alias(top, "total_rollout_steps", trainer, "total_training_steps", "trainer.total_training_steps",
+               value=max(1, top.total_rollout_steps // per_step),
+               how=f"={top.total_rollout_steps} // data.train_batch_size={per_step}")
     if top.test_freq is not None:
         every = cfg.async_training.trigger_parameter_sync_step
-        freq = top.test_freq * every if top.test_freq > 0 else top.test_freq
-        _alias(freq, trainer, "test_freq", f"rollout.test_freq={top.test_freq} x "
-               f"async_training.trigger_parameter_sync_step={every}", "trainer.test_freq")
-    if cfg.async_training.use_rollout_log_probs is not None:
-        _alias(cfg.async_training.use_rollout_log_probs, arr.actor, "use_rollout_log_probs",
-               "async_training.use_rollout_log_probs", f"{ARR}.actor.use_rollout_log_probs")
+        _alias(top, "test_freq", trainer, "test_freq", "trainer.test_freq",
+               value=top.test_freq * every if top.test_freq > 0 else top.test_freq,
+               how=f"={top.test_freq} x async_training.trigger_parameter_sync_step={every}")
+    _alias(cfg.async_training, "use_rollout_log_probs", arr.actor, "use_rollout_log_probs",
+           f"{ARR}.actor.use_rollout_log_probs")
 

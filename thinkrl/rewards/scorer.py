@@ -129,20 +129,12 @@ class RewardScorer:
                 tasks.append(Task(len(tasks), text, sample.data_source, sample.ground_truth,
                                   sample.extra_info, sample.index))
                 owners.append(row)
-        if self._pool is None:
-            outcomes, timed_out = {t.position: score_one(self._function, t) for t in tasks}, []
-        else:
-            report = self._pool.run(tasks)
-            outcomes, timed_out = dict(report.outcomes), report.timed_out
+        outcomes, timed_out = self._run(tasks)
         rows: dict[int, list[str | None]] = defaultdict(list)  # per given row: each call's error
         for task, row in zip(tasks, owners):
-            outcome = outcomes.get(task.position)
-            if task in timed_out:
-                error = f"took longer than reward.timeout_s={self._pool.timeout_s:g} s"
-            elif outcome is None:
-                error = "the worker process exited"
-            else:
-                error = None if outcome.error is None else outcome.error[:500]
+            outcome = outcomes[task.position] if task not in timed_out else None
+            error = (f"took longer than reward.timeout_s={self._pool.timeout_s:g} s" if outcome is None
+                     else None if outcome.error is None else outcome.error[:500])
             rows[row].append(error)
         where = f"{self.spec.custom_path} ({self.spec.custom_name})"
         for task, row in zip(tasks, owners):
@@ -174,20 +166,7 @@ class RewardScorer:
             raise ValueError(f"{len(texts)} responses but {len(samples)} samples: they must line up")
         tasks = [Task(i, text, s.data_source, s.ground_truth, s.extra_info, s.index)
                  for i, (text, s) in enumerate(zip(texts, samples))]
-        timed_out: list[Task] = []
-        if self._pool is None:
-            outcomes, failures = {}, 0
-            for task in tasks:
-                outcomes[task.position] = outcome = score_one(self._function, task)
-                failures += outcome.error is not None
-                if give_up is not None and failures and give_up(failures):
-                    break
-        else:
-            report = self._pool.run(tasks, give_up=give_up)
-            outcomes, timed_out = dict(report.outcomes), report.timed_out
-            for task in report.died:
-                outcomes[task.position] = Outcome(0.0, {}, "WorkerDied: the reward worker process "
-                                                           "exited while scoring this response")
+        outcomes, timed_out = self._run(tasks, give_up=give_up)
         abandoned = len(tasks) - len(outcomes) - len(timed_out)
         if abandoned:
             log.warning("reward: %d of %d responses left unscored: the failures so far already exceed "
@@ -208,6 +187,26 @@ class RewardScorer:
             scores=torch.tensor([o.score if o else 0.0 for o in ordered], dtype=torch.float32),
             errors=errors, timeouts=len(timed_out), unscored=abandoned,
             parts=[dict(o.parts) if o else {} for o in ordered])
+
+    def _run(self, tasks: list[Task], *, give_up: Callable[[int], bool] | None = None
+             ) -> tuple[dict[int, Outcome], list[Task]]:
+        """Each task's outcome by position (in this process or the workers; a
+        worker that died scores its task as an error), and the tasks that
+        timed out; tasks left once `give_up(failures)` is true have neither."""
+        if self._pool is None:
+            outcomes, failures = {}, 0
+            for task in tasks:
+                outcomes[task.position] = outcome = score_one(self._function, task)
+                failures += outcome.error is not None
+                if give_up is not None and failures and give_up(failures):
+                    break
+            return outcomes, []
+        report = self._pool.run(tasks, give_up=give_up)
+        outcomes = dict(report.outcomes)
+        for task in report.died:
+            outcomes[task.position] = Outcome(0.0, {}, "WorkerDied: the reward worker process "
+                                                       "exited while scoring this response")
+        return outcomes, report.timed_out
 
     def _report_once(self, kind: str, task: Task, what: str) -> None:
         if self.first_error is None:
