@@ -2,7 +2,7 @@
 small program, in the jail (namespaces, seccomp, Landlock, tmpfs scratch) and
 with `unsafe_without_kernel_isolation` (hook, limits and Landlock only).
 
-    .venv/bin/python bench/sandbox_call.py [--calls 40]
+    .venv/bin/python bench/sandbox_call.py [--calls 40] [--packages]
 
 Prints one JSON line per mode: median and 90th percentile over the calls
 (after one warm-up call), and the layers stated at start.
@@ -18,6 +18,8 @@ import time
 from thinkrl.tools.sandbox import SandboxLimits, run_python, sandbox_layers
 
 PROGRAMS = {"print": "print(6 * 7)", "import_math_json": "import math, json\nprint(json.dumps(math.pi))"}
+PACKAGE_PROGRAMS = {"print": "print(6 * 7)", "import_numpy": "import numpy\nprint(numpy.ones(3).sum())",
+                    "import_sympy": "import sympy\nprint(sympy.Rational(1, 3) * 3)"}
 
 
 def measure(limits: SandboxLimits, code: str, calls: int) -> list[float]:
@@ -34,6 +36,7 @@ def measure(limits: SandboxLimits, code: str, calls: int) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=40)
+    parser.add_argument("--packages", action="store_true", help="also with numpy and sympy mounted")
     args = parser.parse_args()
     for unsafe in (False, True):
         layers = sandbox_layers(unsafe)
@@ -44,6 +47,13 @@ def main() -> None:
                               "calls": args.calls, "median_ms": round(1000 * statistics.median(seconds), 1),
                               "p90_ms": round(1000 * seconds[int(0.9 * len(seconds)) - 1], 1),
                               "layers": layers[:80]}), flush=True)
+    if args.packages:
+        limits = SandboxLimits(packages=("numpy", "sympy"))
+        for name, code in PACKAGE_PROGRAMS.items():
+            seconds = sorted(measure(limits, code, args.calls))
+            print(json.dumps({"mode": "jail + numpy, sympy mounted", "program": name, "calls": args.calls,
+                              "median_ms": round(1000 * statistics.median(seconds), 1),
+                              "p90_ms": round(1000 * seconds[int(0.9 * len(seconds)) - 1], 1)}), flush=True)
 
 
 if __name__ == "__main__":

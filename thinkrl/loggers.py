@@ -29,8 +29,19 @@ class Sink(Protocol):
 def logger_problems(names: list[str]) -> list[str]:
     """What is wrong with a `trainer.logger` list, one sentence per problem
     (empty when every name is known and its package is installed)."""
-    problems = [f"unknown logger {name!r}; known loggers: {', '.join(KNOWN_LOGGERS)}"
-                for name in names if name not in KNOWN_LOGGERS]
+    return unknown_loggers(names) + missing_logger_packages(names)
+
+
+def unknown_loggers(names: list[str]) -> list[str]:
+    """Names no sink answers to: a config error wherever the run goes."""
+    return [f"unknown logger {name!r}; known loggers: {', '.join(KNOWN_LOGGERS)}"
+            for name in names if name not in KNOWN_LOGGERS]
+
+
+def missing_logger_packages(names: list[str]) -> list[str]:
+    """Known loggers whose package this machine lacks (the machine's problem,
+    not the config's: `thinkrl doctor --target` judges a cluster from here)."""
+    problems = []
     for name in names:
         module, package = _BACKENDS.get(name, (None, None))
         if module and importlib.util.find_spec(module) is None:

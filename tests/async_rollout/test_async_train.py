@@ -114,12 +114,34 @@ def test_one_step_off_trains_one_version_behind_and_learns_the_same_way(asset_ca
         assert "rollout_is/mean" in r and r["timing_s/weight_attest"] >= 0
 
 
+def test_one_step_off_s_defaults_repeat_a_seeded_run_past_a_decoding_chunk(asset_cache, tiny_model_dir,
+                                                                          tmp_path):
+    """Responses of 72 tokens, past one 64-token chunk: with the defaults (no
+    partial rollout) two seeded runs log the same metrics. Partial rollout,
+    asked for, decodes in chunks of 16 and still trains (its repeat depends
+    on timing, which is why it is off unless set)."""
+    quiet = dict(log=lambda *_: None)
+    mode = ("async_training.mode=one_step_off", "data.max_response_length=72",
+            "trainer.total_training_steps=2", length_reward(tmp_path))
+    for name in ("first", "second"):
+        train(load_config(recipe_path("tiny"), overrides(tiny_model_dir, tmp_path / name, *mode)), **quiet)
+    first, second = metrics(tmp_path / "first"), metrics(tmp_path / "second")
+    assert [r["response_length/max"] for r in first] == [72, 72]  # the random tiny model never stops
+    for a, b in zip(first, second, strict=True):
+        for key in SHARED_METRICS + ("rollout/logprob_diff_mean",):
+            assert a[key] == b[key], key
+    train(load_config(recipe_path("tiny"), overrides(
+        tiny_model_dir, tmp_path / "partial", *mode, "async_training.partial_rollout=True",
+        "async_training.partial_chunk_tokens=16")), **quiet)
+    partial = metrics(tmp_path / "partial")
+    assert len(partial) == 2 and all("fully_async/partial/total_partial_num" in r for r in partial)
+
+
 def test_a_resumed_one_step_off_run_equals_the_straight_one(asset_cache, tiny_model_dir, tmp_path):
     """The checkpoint of step 2 holds batch 3, generated with step 1's weights
     while step 2 trained: the resumed run trains on it, not on a new batch."""
     quiet = dict(log=lambda *_: None)
-    mode = ("async_training.mode=one_step_off", "async_training.partial_rollout=False",
-            "trainer.save_freq=2", length_reward(tmp_path))
+    mode = ("async_training.mode=one_step_off", "trainer.save_freq=2", length_reward(tmp_path))
     train(load_config(recipe_path("tiny"), overrides(tiny_model_dir, tmp_path / "straight", *mode)),
           **quiet)
     train(load_config(recipe_path("tiny"), overrides(tiny_model_dir, tmp_path / "broken", *mode,

@@ -79,12 +79,25 @@ def test_unknown_logger_lists_the_known_ones(tmp_path):
 
 
 def test_config_check_reports_logger_problems_up_front(monkeypatch):
+    """An unknown name is a config error; a missing package is the machine's,
+    a doctor row (so a cluster line judged from a laptop keeps its other checks)."""
     monkeypatch.setitem(sys.modules, "wandb", None)
     cfg = load_config(recipe_path("tiny"), ["trainer.logger=[console,wandb,mlflow]"])
     with pytest.raises(ValueError) as err:
         validate(cfg)
     assert "unknown logger 'mlflow'" in str(err.value)
-    assert "wandb package is not installed" in str(err.value)
+    assert "package is not installed" not in str(err.value)
+    from thinkrl.doctor import DoctorContext
+    from thinkrl.doctor.environment import check_loggers
+    from thinkrl.doctor.targets import parse_target
+
+    row = check_loggers(DoctorContext(cfg))
+    assert row.status == "fail" and "wandb package is not installed" in row.found + row.fix
+    assert check_loggers(DoctorContext(cfg, target=parse_target("h100x8"))).status == "warn"
+    from thinkrl.loggers import check_loggers as sinks_check
+
+    with pytest.raises(ValueError, match="wandb package is not installed"):  # still before a run's sinks open
+        sinks_check(["wandb"])
     single = load_config(recipe_path("tiny"), ["trainer.logger=tensorboard"])
     assert single.trainer.logger == ["tensorboard"]
     validate(single)

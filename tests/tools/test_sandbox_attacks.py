@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -195,9 +194,12 @@ def test_network_ctypes_and_namespaces_stay_shut(limits):
 def test_the_code_sees_no_host_files_and_runs_as_nobody():
     result = run_python("import os\nprint(os.getuid(), os.getcwd(), sorted(os.listdir('.')))", HOOK_OFF)
     assert result.text() == "65534 /scratch ['main.py']\n"
-    for path in ("/etc/passwd", "/root", "/home", os.path.dirname(os.path.abspath(__file__)),
+    for path in ("/etc/shadow", "/etc/hostname", "/root", "/home", os.path.dirname(os.path.abspath(__file__)),
                  os.path.expanduser("~")):
         _attack(f"print('ESCAPED', open({path!r}).read(10))", HOOK_OFF)
+    # /etc holds the jail's own two lines of who 65534 is, nothing of the host's
+    own = run_python("print(open('/etc/passwd').read(), end='')", HOOK_OFF)
+    assert own.text() == "nobody:x:65534:65534:nobody:/scratch:/usr/sbin/nologin\n", own.text()
 
 
 # Limits the process's own rlimits do not see (the red-team review of 2026-12-03).
@@ -243,9 +245,11 @@ def test_the_code_cannot_reserve_host_disk_through_its_output():
     _attack(code, HOOK_OFF)
 
 
-def test_dev_is_read_only():
-    for path in ("/dev/shm/x", "/dev/x"):
-        _attack(f"open({path!r}, 'w').write('x')\nprint('ESCAPED')", HOOK_OFF)
+def test_dev_is_read_only_but_for_a_small_shm_of_the_call_s_own():
+    _attack("open('/dev/x', 'w').write('x')\nprint('ESCAPED')", HOOK_OFF)
+    # /dev/shm: a tmpfs of 1 MiB made for the call (POSIX semaphores), not the host's
+    _attack("open('/dev/shm/x', 'wb').write(b'x' * 2 ** 21)\nprint('ESCAPED')", HOOK_OFF)
+    assert run_python("import os\nprint(os.listdir('/dev/shm'))", HOOK_OFF).text() == "[]\n"
 
 
 SUBREAPER = """
@@ -273,20 +277,16 @@ def test_a_timed_out_call_leaves_no_zombie_to_a_subreaper():
     assert done.returncode == 0 and "ZOMBIES 0" in done.stdout, (done.stdout, done.stderr[-2000:])
 
 
-SYSTEM_PYTHON = next((p for p in ("/usr/bin/python3.11", "/usr/bin/python3") if os.path.isfile(p)), None)
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs a root trainer")
+def test_a_root_trainer_runs_the_code_as_nobody_on_the_host_inside_the_calls_cgroup():
+    """The trainer is root and its Python may sit where only root can pass (a
+    pyenv under /root here): bwrap mounts as root of a namespace where 0 and
+    65534 are the host's own, the first stage drops to 65534, so threads still
+    work and are capped, and the host sees nobody."""
+    from thinkrl.tools import jail
 
-
-@pytest.mark.skipif(os.geteuid() != 0 or SYSTEM_PYTHON is None or shutil.which("setpriv") is None,
-                    reason="needs root, a world-readable system Python and setpriv")
-def test_where_it_can_the_host_sees_the_code_as_nobody_inside_the_calls_cgroup(monkeypatch):
-    """The trainer is root and the interpreter is readable by uid 65534: setpriv
-    drops to it after the call's cgroup is entered (root's right), so threads
-    still work and are capped, and the uid map says 65534 outside too."""
-    from thinkrl.tools import jail, sandbox
-
-    plan = dataclasses.replace(jail.jail_plan(), python=SYSTEM_PYTHON, read_only=("/usr",),
-                               host_uid=jail.SANDBOX_UID, setpriv=shutil.which("setpriv"))
-    monkeypatch.setattr(sandbox, "jail_plan", lambda: plan)
+    plan = jail.jail_plan()
+    assert plan.host_uid == jail.SANDBOX_UID and plan.userns_fd is not None, plan.notes
     seen = []
 
     def host_uids():  # the runner's real uids as the host sees them, while the code sleeps
@@ -294,8 +294,9 @@ def test_where_it_can_the_host_sees_the_code_as_nobody_inside_the_calls_cgroup(m
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if b"/sandbox/sandbox_runner.py" not in f.read():
-                        continue
+                    argv = f.read().split(b"\0")
+                if b"/sandbox/sandbox_runner.py" not in argv[:6]:  # the runner, not bwrap (root) naming it
+                    continue
                 with open(f"/proc/{pid}/status") as f:
                     seen.extend(line.split()[1] for line in f if line.startswith("Uid:"))
             except OSError:  # gone meanwhile
@@ -304,10 +305,137 @@ def test_where_it_can_the_host_sees_the_code_as_nobody_inside_the_calls_cgroup(m
     watcher.start()
     assert run_python("import time\ntime.sleep(1.2)\nprint('slept')", HOOK_ON).text() == "slept\n"
     watcher.join()
-    assert seen and set(seen) == {"65534"}, seen  # bwrap and the runner: nobody on the host
+    assert seen and set(seen) == {"65534"}, seen  # the code's process: nobody on the host
     assert run_python("import threading\nt = threading.Thread(target=print, args=(7,))\nt.start()\nt.join()",
                       HOOK_ON).text() == "7\n"
     if cgroup_plan()[0] is not None:
         code = ("import threading\nthreading.stack_size(32768)\nev = threading.Event()\n"
                 "for i in range(500):\n    threading.Thread(target=ev.wait, daemon=True).start()\nprint('ESCAPED')")
         assert "can't start new thread" in _attack(code, HOOK_ON)
+
+
+# The second red-team round: as host root (a root trainer whose Python sits
+# where only root can pass), the code owned kernel objects every namespace
+# shares. Each probe uses the right without changing anything (a mode the file
+# already has, an owner it already has): where the call goes through, the
+# right exists and the probe prints ESCAPED.
+SAME_MODE = """
+import os, stat
+def same_mode(path, **kw):
+    os.chmod(path, stat.S_IMODE(os.stat(path, **kw).st_mode), **kw)
+    print('ESCAPED chmod', path)
+"""
+
+
+def _held(code: str, limits: SandboxLimits) -> str:
+    text = run_python(textwrap.dedent(code), limits).text()
+    assert "ESCAPED" not in text, text
+    return text
+
+
+@BOTH
+@pytest.mark.parametrize("path", ["/proc/meminfo", "/proc/sys/kernel/core_pattern", "/proc/sys/vm/overcommit_memory",
+                                  "/dev/null", "/dev/zero", "/dev/urandom", "/dev/tty"])
+def test_a_host_object_s_mode_cannot_be_changed(path, limits):
+    _held(SAME_MODE + f"same_mode({path!r})", limits)
+
+
+@BOTH
+def test_a_proc_entry_s_mode_cannot_be_changed_through_a_dir_fd(limits):
+    _held(SAME_MODE + "top = os.open('/proc', os.O_RDONLY)\nsame_mode('meminfo', dir_fd=top)", limits)
+
+
+@BOTH
+def test_standard_input_is_not_a_host_node(limits):
+    code = ("import os, stat\nst = os.fstat(0)\nprint('ESCAPED stdin is a device' if stat.S_ISCHR(st.st_mode) "
+            "else 'a pipe')\nprint(repr(os.read(0, 10)))\nos.fchmod(0, stat.S_IMODE(st.st_mode))\n"
+            "print('ESCAPED fchmod 0')")
+    assert "a pipe\nb''" in _held(code, limits)
+
+
+@BOTH
+def test_proc_and_proc_sys_are_read_only_mounts(limits):
+    code = ("import os\nfor path in ('/proc', '/proc/sys', '/proc/sys/kernel'):\n"
+            "    if not os.statvfs(path).f_flag & os.ST_RDONLY:\n        print('ESCAPED writable', path)\n"
+            "print('checked')")
+    assert "checked" in _held(code, limits)
+
+
+@BOTH
+@pytest.mark.parametrize("path", ["/proc/kpageflags", "/proc/slabinfo", "/proc/timer_list"])
+def test_root_only_kernel_files_are_unreadable(path, limits):
+    if not os.path.exists(path):
+        pytest.skip(f"{path} is not in this kernel")
+    _held(f"data = open({path!r}, 'rb').read(64)\nprint('ESCAPED read' if data.strip(b'0 \\n') else 'zeros')",
+          limits)
+
+
+@BOTH
+def test_owners_and_extended_attributes_cannot_be_set(limits):
+    code = """
+    import os
+    open('own.txt', 'w').write('x')
+    for name, call in [('chown', lambda: os.chown('own.txt', os.getuid(), os.getgid())),
+                       ('chown /dev/null', lambda: os.chown('/dev/null', 0, 0)),
+                       ('setxattr', lambda: os.setxattr('own.txt', 'user.k', b'v'))]:
+        try:
+            call()
+            print('ESCAPED', name)
+        except OSError as err:
+            print(name, err.errno)
+    """
+    assert "chown 1\n" in _held(code, limits)  # EPERM from seccomp, not a mode check
+
+
+NUMBERED = """
+import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+def call(number, *args):
+    ctypes.set_errno(0)
+    result = libc.syscall(number, *args)
+    return result, ctypes.get_errno()
+for name, number, refused in [('modify_ldt', 154, errno.EPERM), ('sync', 162, errno.EPERM),
+                              ('syncfs', 306, errno.EPERM), ('statmount', 457, errno.EPERM),
+                              ('listmount', 458, errno.EPERM), ('setxattrat', 463, errno.EPERM),
+                              ('removexattrat', 466, errno.EPERM), ('open_tree_attr', 467, errno.EPERM),
+                              ('file_setattr', 469, errno.EPERM), ('future', 490, errno.ENOSYS)]:
+    result, err = call(number, 0, 0, 0, 0, 0)
+    print(name, 'refused' if (result, err) == (-1, refused) else f'ESCAPED {result} {err}')
+"""
+
+
+def test_calls_newer_than_libseccomp_and_global_ones_are_refused():
+    """Hook off (ctypes is the hook's first refusal): x86-64's numbers."""
+    if os.uname().machine != "x86_64":
+        pytest.skip("the probe names x86-64's numbers")
+    assert _held(NUMBERED, HOOK_OFF).count("refused") == 10
+
+
+def test_only_fds_0_to_2_reach_the_code_and_no_capability_is_left_in_any_set():
+    code = ("import os\nprint(sorted(os.listdir('/proc/self/fd')))\n"
+            "status = dict(line.split(':', 1) for line in open('/proc/self/status'))\n"
+            "print([k for k in ('CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb') if int(status[k], 16)])\n"
+            "print(open('/proc/1/cmdline').read().split(chr(0))[0])")
+    # listdir opens the folder itself: its fd is the fourth
+    assert run_python(code, HOOK_OFF).text().splitlines() == ["['0', '1', '2', '3']", "[]", "bwrap"]
+
+
+def test_one_call_s_threads_and_queued_signals_do_not_starve_another():
+    """Calls share the namespace's uid: per-user counts (RLIMIT_NPROC,
+    queued signals) would be pooled; a cgroup per call holds the threads."""
+    if cgroup_plan()[0] is None:
+        pytest.skip("no cgroup per call here: RLIMIT_NPROC holds the threads, pooled across calls")
+    hog = ("import threading, time, signal\nthreading.stack_size(65536)\nev = threading.Event()\nn = 0\ntry:\n"
+           "    for _ in range(29):\n        threading.Thread(target=ev.wait, daemon=True).start(); n += 1\n"
+           "except RuntimeError:\n    pass\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGRTMIN})\n"
+           "sent = 0\ntry:\n    for _ in range(1000):\n        signal.raise_signal(signal.SIGRTMIN); sent += 1\n"
+           "except OSError:\n    pass\nprint('hog', n, sent)\ntime.sleep(2)")
+    results = {}
+    hogging = threading.Thread(target=lambda: results.update(hog=run_python(hog, HOOK_OFF).text()))
+    hogging.start()
+    time.sleep(0.8)
+    other = run_python("import threading\nthreading.stack_size(65536)\nev = threading.Event()\nfor _ in range(25):\n"
+                       "    threading.Thread(target=ev.wait, daemon=True).start()\nprint('ok')", HOOK_OFF)
+    hogging.join()
+    assert other.text() == "ok\n", other.text()
+    assert results["hog"].startswith("hog 29"), results

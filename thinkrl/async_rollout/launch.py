@@ -81,8 +81,11 @@ def start_async_rollout(cfg: Config, spec: RankSpec, roles: Roles, draw: Draw, *
                  f"{stream.schedule.groups_per_batch} groups to finish, window {window.cap}")
     log(f"async training ({asynchronous.mode}): a rollout process (pid {process.process.pid}"
         + (f", torch threads: {rollout_threads}; the trainer's: {trainer_threads}" if on_cpu else "")
-        + f"); weights synced every {window.sync_every} step(s), {shape}, "
-        f"partial rollout {'on' if asynchronous.partial_rollout else 'off'}; pi_old: "
+        + f"); weights synced every {window.sync_every} step(s), {shape}"
+        + (", partial rollout on (a seeded run will not repeat: which chunk a sync lands on depends on "
+           "timing)" if chunked else ", partial rollout off (verl's default is on; off, a seeded run "
+           "repeats; streaming=True keeps the overlap and repeats too)" if stream is None else "")
+        + "; pi_old: "
         + ("the rollout's log-probs (actor.use_rollout_log_probs)"
            if cfg.actor_rollout_ref.actor.use_rollout_log_probs else
            "the trainer's policy before the update, with algorithm.rollout_is correcting "

@@ -28,9 +28,11 @@ def add_parser(sub) -> None:
     parser.add_argument("--workdir", metavar="DIR", default=None,
                         help="the rehearsal's folder (default: a new folder under the system's "
                              "temporary directory); kept afterwards")
+    parser.add_argument("--target", default=None,
+                        help="the cluster's device for the projection: h100, h200, a100-40, 910b, ... "
+                             "or a size (80GiB), with xN per node (default: h100 for cuda, 910b for npu)")
     parser.add_argument("--device-memory-gib", type=float, default=None,
-                        help="memory of one cluster device for the projection (default: 64 for "
-                             "npu, 80 for cuda)")
+                        help="memory of one cluster device for the projection (overrides --target's)")
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides (verl style)")
 
 
@@ -44,7 +46,10 @@ def run(args) -> int:
                          "(a rehearsal starts from nothing)")
     log = console_log()
     log(f"rehearsal work folder: {workdir}")
+    from thinkrl.doctor.targets import parse_target
+
+    target = parse_target(args.target) if args.target else None
     rehearsal, report = rehearse(RunArgs(args.config, tuple(args.overrides)), workdir, log=log,
-                                 device_memory_gib=args.device_memory_gib)
+                                 device_memory_gib=args.device_memory_gib, target=target)
     print(report)
     return 1 if any(r.status == "failed" for r in rehearsal.results) else 0

@@ -25,7 +25,7 @@ from thinkrl.config.multi_turn_checks import multi_turn_problems
 from thinkrl.config.schema import Config
 from thinkrl.config.sizes import DerivedSizes, derive_sizes, micro_size
 from thinkrl.config.verifier_checks import reward_verifier_problems
-from thinkrl.loggers import logger_problems
+from thinkrl.loggers import unknown_loggers
 
 __all__ = ["DerivedSizes", "execution_backend", "validate"]
 
@@ -181,7 +181,7 @@ def _check_combinations(cfg: Config, bad: Callable[[str, str], None], problems: 
             f"  - {ARR}.actor.use_kl_loss=True and algorithm.use_kl_in_reward=True: this counts the KL twice; "
             "pick one (GRPO uses the loss: set algorithm.use_kl_in_reward=False)"
         )
-    for problem in logger_problems(cfg.trainer.logger):
+    for problem in unknown_loggers(cfg.trainer.logger):  # a missing package: the doctor's environment/loggers
         problems.append(f"  - trainer.logger={shown(cfg.trainer.logger)}: {problem}")
     if cfg.trainer.resume_mode == "resume_path" and not cfg.trainer.resume_from_path:
         bad("trainer.resume_from_path", "trainer.resume_mode=resume_path needs the checkpoint path here")

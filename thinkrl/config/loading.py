@@ -38,24 +38,27 @@ __all__ = ["config_to_dict", "flatten_keys", "load_config"]
 _RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 
 
-def load_config(recipe: str | Path | None = None, overrides: Sequence[str] = (), *,
+def load_config(recipe: str | Path | Mapping[str, Any] | None = None, overrides: Sequence[str] = (), *,
                 recipe_overrides: Sequence[str] = (), tool_overrides: Sequence[str] = ()) -> Config:
     """Return the run config: defaults < recipe file < `recipe_overrides` (a
     recipe given as overrides: a MindSpeed-RL file's translation) <
     `overrides` (the user's, in order) < `tool_overrides` (what a tool
     forces, e.g. a rehearsal's step count).
 
-    ``recipe`` is a YAML file path, or the name of a bundled recipe
-    (``"tiny"`` -> ``thinkrl/recipes/tiny.yaml``). Raises ``ValueError`` for
+    ``recipe`` is a YAML file path, the name of a bundled recipe
+    (``"tiny"`` -> ``thinkrl/recipes/tiny.yaml``), or the recipe's mapping itself. Raises ``ValueError`` for
     a missing or malformed file, an unknown key, a malformed override or a
     value of the wrong type. Cross-field checks live in ``checks.validate``.
     """
     cfg = Config()
     given: dict[str, int] = {}  # where each dotted key was set: 1 a recipe, 2 the user, 3 a tool
     if recipe is not None:
-        path = _find_recipe(recipe)
-        mapping = _read_yaml(path)
-        _merge_mapping(cfg, "", mapping, source=f"recipe {path}")
+        if isinstance(recipe, Mapping):  # a recipe given as a (nested or dotted) dict: the Python API
+            mapping, source = recipe, "the config dict"
+        else:
+            path = _find_recipe(recipe)
+            mapping, source = _read_yaml(path), f"recipe {path}"
+        _merge_mapping(cfg, "", mapping, source=source)
         given.update(dict.fromkeys(_dotted_keys(mapping), 1))
     for level, group in ((1, recipe_overrides), (2, overrides), (3, tool_overrides)):
         for override in group:

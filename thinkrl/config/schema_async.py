@@ -32,12 +32,14 @@ class AsyncTrainingConfig:
     prompts, which must then equal ``require_batches`` x ``ppo_mini_batch_size``
     (verl's fully-async lines set ``data.train_batch_size=0``; set it to that
     product here)."""
-    partial_rollout: bool = True
+    partial_rollout: bool = False
     """fully_async / one_step_off: a weight sync that arrives while a batch is
     being generated is applied between two chunks of its decoding (its rows
     continue with the new weights, their prefix prefilled again), instead of
     waiting for the batch to finish. Each token keeps the version it was
-    sampled with."""
+    sampled with. Off by default (verl: on): which chunk a sync lands on
+    depends on timing, so with it a seeded run does not repeat and a resume
+    is not exact; ``streaming`` repeats exactly and keeps the overlap."""
     streaming: bool = False
     """thinkrl, fully_async / one_step_off: the rollout process draws prompts
     itself and decodes them with continuous batching (a finished response's

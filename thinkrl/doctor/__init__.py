@@ -27,9 +27,11 @@ def all_checks(families: tuple[str, ...] = FAMILIES) -> list[Check]:
     return checks
 
 
-def diagnose(cfg, *, log=lambda _msg: None, families: tuple[str, ...] = FAMILIES) -> list[CheckResult]:
-    """Run every check of `families` on the run `cfg`; never raises."""
-    ctx = DoctorContext(cfg, log=log)
+def diagnose(cfg, *, log=lambda _msg: None, families: tuple[str, ...] = FAMILIES,
+             target=None) -> list[CheckResult]:
+    """Run every check of `families` on the run `cfg` (judged for `target`, a
+    `targets.Target`, when given: not this machine); never raises."""
+    ctx = DoctorContext(cfg, log=log, target=target)
     try:  # a built-in model is built here the first time, not inside a timed check
         ctx.model_path
     except NotChecked:

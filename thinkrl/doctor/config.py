@@ -7,6 +7,7 @@ messages into rows, so a rule and its wording exist once.
 
 from __future__ import annotations
 
+import os
 
 from thinkrl.preflight import check_backend as build_check_backend
 from thinkrl.doctor.context import DoctorContext, NotChecked
@@ -47,7 +48,10 @@ def check_backend(ctx: DoctorContext) -> CheckResult:
     try:
         build_check_backend(ctx.cfg)
     except ValueError as err:
-        return fail("config/backend", *problem_and_fix(err))
+        found, fix = problem_and_fix(err)
+        if ctx.target is not None and "pip install" in fix:  # a package this machine lacks, not the target
+            return warn("config/backend", found + " (here)", fix + " (on the target's nodes)")
+        return fail("config/backend", found, fix)
     devices = trainer.n_gpus_per_node * trainer.nnodes
     return ok("config/backend", f"trainer.backend={execution_backend(ctx.cfg)}, "
               f"rollout.name={ctx.cfg.actor_rollout_ref.rollout.name}, {devices} device(s)")
@@ -59,14 +63,28 @@ def check_devices(ctx: DoctorContext) -> CheckResult:
     from thinkrl.parallel.device import resolve_device
 
     trainer = ctx.cfg.trainer
+    asked = f"trainer.n_gpus_per_node={trainer.n_gpus_per_node} x trainer.nnodes={trainer.nnodes}"
+    if ctx.target is not None:
+        per_node = ctx.target.per_node
+        if per_node is not None and trainer.n_gpus_per_node > per_node:
+            return fail("config/devices", f"{asked}, but a node of the target holds {per_node}",
+                        f"set trainer.n_gpus_per_node={per_node} (and trainer.nnodes to what the "
+                        "cluster has), or name the target's real size (--target ...x<devices per node>)")
+        return ok("config/devices", f"{asked} on {ctx.target.describe()}")
     try:
         resolve_device(trainer.device)
     except ValueError as err:
         found, _, fix = str(err).partition(" (")
         return fail("config/devices", found, "(" + fix if fix else str(err))
     kind = ctx.device_kind
-    asked = f"trainer.n_gpus_per_node={trainer.n_gpus_per_node} x trainer.nnodes={trainer.nnodes}"
     if kind == "cpu":
+        cores = os.cpu_count() or 1
+        if trainer.device == "auto" and trainer.n_gpus_per_node > cores:
+            return warn("config/devices", f"{asked} with trainer.device=auto on a machine without "
+                        f"accelerators: {trainer.n_gpus_per_node} CPU processes per node on {cores} "
+                        "core(s)", "to judge this line for the cluster it was written for, "
+                        "`thinkrl doctor --target h100x8 ...` (or 910bx16, 80GiBx8, ...); to run it "
+                        f"here, trainer.n_gpus_per_node={cores} or fewer")
         return ok("config/devices", f"{asked} on the CPU (one process per device)")
     visible, variable = visible_devices(kind)
     if trainer.n_gpus_per_node > visible:

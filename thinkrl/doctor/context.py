@@ -19,6 +19,7 @@ from thinkrl import builtin
 from thinkrl.assets import tokenizer_options, tokenizer_path
 from thinkrl.config.checks import validate
 from thinkrl.config.schema import Config
+from thinkrl.doctor.targets import Target
 from thinkrl.models.loading import load_tokenizer
 
 
@@ -42,6 +43,9 @@ class DoctorContext:
     device: str | None = None
     """The device kind to judge for ("cuda", "npu", "cpu"); None: this machine's
     (`thinkrl rehearse` projects the cluster's from a laptop)."""
+    target: Target | None = None
+    """The machine to judge for (`--target h100x8`): its device kind, memory
+    and devices per node replace this machine's."""
 
     def remember(self, key: str, compute: Callable[[], Any]) -> Any:
         """`compute()` once per context; a NotChecked it raises is raised again
@@ -90,7 +94,7 @@ class DoctorContext:
     def device_kind(self) -> str:
         """"cpu", "cuda" or "npu": `device` when given, else trainer.device, with
         `auto` decided as `thinkrl.parallel.device.resolve_device` decides it."""
-        return self.device or detect_device_kind(self)
+        return self.device or (self.target.kind if self.target else detect_device_kind(self))
 
 
 def fetchable(ctx: DoctorContext, path: str) -> str:

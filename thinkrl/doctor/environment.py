@@ -106,4 +106,18 @@ def check_network(ctx: DoctorContext) -> CheckResult:
                 "Ray with --node-ip-address on that network) so that no rank listens elsewhere")
 
 
-CHECKS = [check_vllm_ascend_nz, check_serialization, check_network]
+def check_loggers(ctx: DoctorContext) -> CheckResult:
+    """The packages of trainer.logger's sinks (an unknown name is config/validate's)."""
+    from thinkrl.loggers import missing_logger_packages
+
+    missing = missing_logger_packages(ctx.cfg.trainer.logger)
+    if not missing:
+        return ok("environment/loggers", f"trainer.logger={ctx.cfg.trainer.logger}: every package installed")
+    found = "; ".join(problem.split(": ")[0] for problem in missing)
+    fix = "; ".join(problem.split(": ", 1)[1] for problem in missing)
+    if ctx.target is not None:  # the run goes elsewhere: install it there
+        return warn("environment/loggers", found + " here", fix + " (on the target's nodes)")
+    return fail("environment/loggers", found, fix)
+
+
+CHECKS = [check_vllm_ascend_nz, check_serialization, check_network, check_loggers]

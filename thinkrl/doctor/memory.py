@@ -296,8 +296,11 @@ def device_capacity(kind: str) -> tuple[int, str]:
 
 
 def check_device(ctx: DoctorContext) -> CheckResult:
-    """Estimated peak per device against the device's memory."""
-    capacity, measured = device_capacity(ctx.device_kind)
+    """Estimated peak per device against the device's memory (the target's, when named)."""
+    if ctx.target is not None:
+        capacity, measured = ctx.target.bytes_per_device, f"per device of {ctx.target.describe()}"
+    else:
+        capacity, measured = device_capacity(ctx.device_kind)
     estimate = estimate_memory(ctx, capacity=capacity)
     terms = estimate.terms()
     largest = max(terms, key=terms.get)
@@ -347,6 +350,9 @@ def check_host(ctx: DoctorContext) -> CheckResult:
     if ctx.device_kind == "cpu":
         return ok("memory/host", "the device is the CPU: host RAM is memory/device")
     need, parts = host_need(ctx)
+    if ctx.target is not None:
+        return ok("memory/host", f"~{gib(need)} of host RAM on the busiest node ({', '.join(parts)}); "
+                  "the target's nodes are not this machine, so not compared")
     available = host_available()
     found = f"~{gib(need)} of {gib(available)} available ({', '.join(parts)})"
     fix = "free host RAM (stop other processes) or use a smaller model (actor_rollout_ref.model.path)"

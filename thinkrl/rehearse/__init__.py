@@ -25,8 +25,8 @@ from thinkrl.rehearse.stages import Rehearsal, StageResult
 __all__ = ["Rehearsal", "RunArgs", "StageResult", "rehearse"]
 
 
-def rehearse(args: RunArgs, workdir: Path, *, log=print,
-             device_memory_gib: float | None = None) -> tuple[Rehearsal, str]:
+def rehearse(args: RunArgs, workdir: Path, *, log=print, device_memory_gib: float | None = None,
+             target=None) -> tuple[Rehearsal, str]:
     """Run every stage; returns the rehearsal and its report."""
     from thinkrl.rehearse.report import project, render
 
@@ -38,7 +38,7 @@ def rehearse(args: RunArgs, workdir: Path, *, log=print,
         try:
             projection = project(rehearsal.real, prompt_tokens=rehearsal.prompt_tokens,
                                  last_step=(rehearsal.step_metrics or [{}])[-1],
-                                 device_memory_gib=device_memory_gib)
+                                 device_memory_gib=device_memory_gib, target=target)
         except Exception as err:  # noqa: BLE001 - a projection that fails must not hide the table
             rehearsal.notes.append(f"no projection: {type(err).__name__}: {err}")
     return rehearsal, render(rehearsal, projection, seconds=time.perf_counter() - start)

@@ -10,8 +10,6 @@ from dataclasses import dataclass
 from thinkrl.config.schema import Config
 from thinkrl.doctor.core import gib
 
-DEVICE_GIB = {"npu": (64, "an Ascend 910B's 64 GiB"), "cuda": (80, "an 80 GiB A100/H100")}
-"""Assumed device memory per kind when the rehearsal is not told (--device-memory-gib)."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +72,7 @@ def time_split(step: dict) -> dict[str, float]:
 
 
 def project(real: Config, *, prompt_tokens: list[int], last_step: dict,
-            device_memory_gib: float | None = None) -> Projection:
+            device_memory_gib: float | None = None, target=None) -> Projection:
     """The doctor's memory estimate of the real run at each micro-batch size
     that divides its per-device mini-batch, on the real device kind."""
     from thinkrl.config.checks import validate
@@ -82,11 +80,17 @@ def project(real: Config, *, prompt_tokens: list[int], last_step: dict,
     from thinkrl.doctor.memory import estimate_memory
 
     sizes = validate(real)
+    from thinkrl.doctor.targets import DEFAULT_FOR_KIND, parse_target
+
     device = real.trainer.device if real.trainer.device != "auto" else "cuda"
+    if target is not None:  # --target names the cluster's device
+        device = target.kind
     if device_memory_gib is not None:
         capacity, assumed = int(device_memory_gib * 2**30), "--device-memory-gib"
-    elif device in DEVICE_GIB:
-        capacity, assumed = int(DEVICE_GIB[device][0] * 2**30), DEVICE_GIB[device][1]
+    elif target is not None or device in DEFAULT_FOR_KIND:
+        named = target or parse_target(DEFAULT_FOR_KIND[device])
+        capacity = named.bytes_per_device
+        assumed = named.describe() if target is not None else f"{named.label}, assumed (--target names another)"
     else:  # a CPU run: this machine is the real one
         from thinkrl.doctor.memory import device_capacity
         capacity, assumed = device_capacity("cpu")

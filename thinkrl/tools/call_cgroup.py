@@ -7,9 +7,14 @@ process limits cannot see, and kills every task of the call at its end.
 - pids: tasks (threads included) of the call; the kernel exempts a root host
   uid from RLIMIT_NPROC, not from a cgroup.
 
-cgroup v2 (the trainer's own cgroup must delegate memory and pids to
-children) or v1 (the memory and pids hierarchies, writable). Elsewhere the
-call runs without, and the tool says so at start. The call enters its cgroup
+cgroup v2 or v1 (the memory and pids hierarchies, writable). On v2 the
+trainer's own cgroup must offer memory and pids (its parent delegates them),
+and, since v2 gives no controller to the children of a cgroup that holds
+processes itself, the trainer (and what it started) first moves into a leaf
+of its own, ``thinkrl-trainer``; where that cgroup holds other processes
+too, nothing is moved and the start line says how to run the trainer in a
+cgroup of its own. Elsewhere the call runs without, and the tool says so at
+start. The call enters its cgroup
 before bwrap starts (`wrap`: a shell writes its pid, then execs), so nothing
 of the call ever runs outside it.
 """
@@ -139,12 +144,67 @@ def cgroup_plan() -> tuple[CgroupPlan | None, str]:
     for plan in candidates:
         try:
             if plan.version == 2:
-                enabled = (plan.memory / "cgroup.subtree_control").read_text().split()
-                if not {"memory", "pids"} <= set(enabled):
-                    _write(plan.memory / "cgroup.subtree_control", "+memory +pids")
+                delegate_v2(plan.memory, os.getpid())
             CallCgroup(plan, memory_bytes=64 * 2 ** 20, tasks=8).close()
             return plan, ""
+        except NotDelegated as err:
+            why = str(err)
         except OSError as err:
             why = (f"cannot make a child of {plan.memory} with memory and pids limits "
                    f"({type(err).__name__}: {err.strerror or err})")
     return None, why
+
+
+class NotDelegated(OSError):
+    """cgroup v2 cannot give this process's cgroup's children memory and pids limits (the message says why)."""
+
+
+LEAF = "thinkrl-trainer"
+_RUN_ALONE = ("run the trainer in a cgroup of its own (systemd-run --user --scope -p Delegate=yes thinkrl "
+              "train ..., or a container whose cgroup holds only the trainer)")
+
+
+def delegate_v2(folder: Path, trainer: int) -> None:
+    """Enables memory and pids for the children of `folder` (the trainer's
+    cgroup v2). A cgroup holding processes may not: where those are the
+    trainer (`trainer`, a pid) and what it started, they move first into
+    `folder/thinkrl-trainer`; NotDelegated says why where it cannot be done."""
+    offered = set((folder / "cgroup.controllers").read_text().split())
+    missing = sorted({"memory", "pids"} - offered)
+    if missing:
+        raise NotDelegated(f"cgroup v2: {folder} is not given the {' and '.join(missing)} controller(s) by "
+                           f"its parent (cgroup.controllers: {' '.join(sorted(offered)) or 'none'}); "
+                           + _RUN_ALONE)
+    if {"memory", "pids"} <= set((folder / "cgroup.subtree_control").read_text().split()):
+        return
+    inside = [int(p) for p in (folder / "cgroup.procs").read_text().split()]
+    if not (folder / "cgroup.type").exists():  # the hierarchy's root: exempt from the rule, nothing moves
+        inside = []
+    others = [pid for pid in inside if not _descends_from(pid, trainer)]
+    if others:
+        raise NotDelegated(f"cgroup v2: {folder} holds {len(others)} process(es) besides the trainer and "
+                           f"what it started (pid {others[0]}), and v2 gives no controller to the children "
+                           f"of a cgroup with processes of its own; " + _RUN_ALONE)
+    if inside:
+        leaf = folder / LEAF
+        leaf.mkdir(exist_ok=True)
+        for pid in inside:
+            try:
+                _write(leaf / "cgroup.procs", pid)
+            except ProcessLookupError:
+                pass  # exited meanwhile
+    _write(folder / "cgroup.subtree_control", "+memory +pids")
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    for _ in range(64):
+        if pid == ancestor:
+            return True
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+        if pid <= 1:
+            return pid == ancestor
+    return False

@@ -20,15 +20,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from thinkrl.tools.call_cgroup import CallCgroup, cgroup_plan
-from thinkrl.tools.jail import RUNNER_DIR, RUNNER_SCRIPT, SCRATCH, JailPlan, jail_plan, sandbox_environment
+from thinkrl.tools.jail import (RUNNER_DIR, RUNNER_SCRIPT, SANDBOX_UID, SCRATCH, USERS, JailPlan, jail_files,
+                                jail_plan, others_may_read, sandbox_environment)
+from thinkrl.tools.sandbox_packages import PACKAGES, SITE, package_mounts
 from thinkrl.tools.sandbox_process import Launch, run_contained
 
 SCHEMA = {
     "type": "function",
     "function": {
         "name": "python",
-        "description": "Run Python code and return what it prints (standard library only; "
-                       "no network, no files outside the current folder).",
+        "description": "Run Python code and return what it prints (the standard library, and the "
+                       "packages the tool's config names; no network, no files outside the current folder).",
         "parameters": {
             "type": "object",
             "properties": {"code": {"type": "string", "description": "the program; print the result"}},
@@ -57,6 +59,11 @@ class SandboxLimits:
     """Size of the call's scratch folder (a tmpfs): all its files together."""
     tasks: int = 32
     """Threads of the code (RLIMIT_NPROC; with a cgroup, every task of the call)."""
+    packages: tuple[str, ...] = ()
+    """Distributions of the trainer's environment the code may import (numpy,
+    sympy, ...: with what they require), mounted read-only (`sandbox_packages`)."""
+    packages_dir: str | None = None
+    """A folder of packages the user prepared (`pip install --target DIR ...`), mounted read-only."""
     audit_hook: bool = True
     """The friendly first layer (clear errors for ordinary attempts). Tests
     switch it off to show that the kernel's layers hold alone."""
@@ -66,6 +73,9 @@ class SandboxLimits:
     code that switches the hook off reads and writes what the trainer can."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.packages, str) or not all(isinstance(p, str) for p in self.packages):
+            raise ValueError(f"packages={self.packages!r}: give a list of package names, e.g. [numpy, sympy]")
+        object.__setattr__(self, "packages", tuple(self.packages))
         for key in ("wall_s", "cpu_s", "memory_mb", "output_chars", "file_mb", "scratch_mb", "tasks"):
             if not getattr(self, key) > 0:
                 raise ValueError(f"{key}={getattr(self, key)!r}: must be positive")
@@ -107,12 +117,17 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxRes
 
 
 def _stages(plan: JailPlan, runner_dir: str, scratch: str, limits: SandboxLimits, read_only: list[str],
-            writable: list[str], mode: str = "run") -> list[str]:
-    """sandbox_lock (Landlock), which execs sandbox_runner (limits, hook, the code)."""
+            writable: list[str], mode: str, import_paths: tuple[str, ...]) -> list[str]:
+    """sandbox_lock (the drop to uid 65534 where bwrap ran as root in
+    `plan.userns_fd`, then Landlock), which execs sandbox_runner (limits, hook, the code)."""
+    jailed = runner_dir == RUNNER_DIR
+    drop = [f"--uid={SANDBOX_UID}"] if jailed and plan.userns_fd is not None else []
     runner = [plan.python, "-s", "-S", "-B", "-P", f"{runner_dir}/sandbox_runner.py", scratch,
               str(limits.memory_mb), str(limits.cpu_s), str(limits.file_mb), str(int(limits.audit_hook)),
-              str(limits.tasks if runner_dir == RUNNER_DIR else 0), mode]  # unjailed: the trainer's uid
-    return [plan.python, "-s", "-S", "-B", "-P", f"{runner_dir}/sandbox_lock.py", ":".join(read_only),
+              str(limits.tasks if jailed and cgroup_plan()[0] is None else 0),  # else pids.max holds them
+              mode, ":".join(import_paths)]
+    return [plan.python, "-s", "-S", "-B", "-P", f"{runner_dir}/sandbox_lock.py", *drop,
+            ":".join([*read_only, *import_paths]),
             ":".join(writable), "--", *runner]
 
 
@@ -121,12 +136,16 @@ def _jailed(plan: JailPlan, code: str, limits: SandboxLimits, stack, mode: str =
     seccomp_fd = stack.enter_context(_memfd(plan.seccomp))
     info_read, info_write = os.pipe()
     stack.callback(os.close, info_read)
-    command = _stages(plan, RUNNER_DIR, SCRATCH, limits, [*plan.read_only, RUNNER_DIR, "/proc"],
-                      [SCRATCH, "/dev/null", "/dev/zero", "/dev/full"], mode)
-    argv = plan.argv(scratch_mb=limits.scratch_mb, code_fd=code_fd, seccomp_fd=seccomp_fd,
+    packages = package_mounts(limits.packages, limits.packages_dir)
+    command = _stages(plan, RUNNER_DIR, SCRATCH, limits, [*plan.read_only, RUNNER_DIR, "/proc", *USERS],
+                      [SCRATCH, "/dev/shm", "/dev/null", "/dev/zero", "/dev/full"], mode, packages.import_paths)
+    data_fds = {dest: stack.enter_context(_memfd(data)) for dest, data in jail_files().items()}
+    argv = plan.argv(scratch_mb=limits.scratch_mb, code_fd=code_fd, seccomp_fd=seccomp_fd, data_fds=data_fds,
+                     mounts=packages.mounts,
                      info_fd=info_write, command=command)
     stack.callback(os.close, info_write)
-    return Launch(argv, cwd="/", env=sandbox_environment("/"), pass_fds=(code_fd, seccomp_fd, info_write),
+    return Launch(argv, cwd="/", env=sandbox_environment("/"),
+                  pass_fds=(code_fd, seccomp_fd, info_write, *data_fds.values(), *plan.pass_fds()),
                   info_fd=info_read)
 
 
@@ -137,7 +156,8 @@ def _unjailed(plan: JailPlan, code: str, limits: SandboxLimits, stack, mode: str
     Path(scratch, "main.py").write_text(code)
     runner_dir = str(RUNNER_SCRIPT.parent)
     command = _stages(plan, runner_dir, scratch, limits, [*plan.read_only, runner_dir, "/proc"],
-                      [scratch, "/dev/null"], mode)
+                      [scratch, "/dev/null"], mode,
+                      package_mounts(limits.packages, limits.packages_dir).host_import_paths)
     return Launch(command, cwd=scratch, env=sandbox_environment(scratch))
 
 
@@ -198,6 +218,7 @@ class PythonTool:
             raise ValueError(f"unknown key {unknown[0]!r}; the Python tool takes "
                              f"{', '.join(SandboxLimits.__dataclass_fields__)}")
         self.limits = SandboxLimits(**config)
+        _check_packages(self.limits)
         self.layers = sandbox_layers(self.limits.unsafe_without_kernel_isolation)
         self.schema = tool_schema or SCHEMA
         self.name = self.schema["function"]["name"]
@@ -207,6 +228,22 @@ class PythonTool:
         if not isinstance(code, str):
             raise ValueError('give the program as {"code": "..."}')
         return run_python(code, self.limits).text()
+
+
+def _check_packages(limits: SandboxLimits) -> None:
+    """The packages exist, and the code's host uid may read them (ValueError with the fix)."""
+    mounts = package_mounts(limits.packages, limits.packages_dir).mounts
+    if limits.unsafe_without_kernel_isolation or not mounts:
+        return
+    for host, _ in mounts:
+        if jail_plan().host_uid == SANDBOX_UID and not others_may_read(host):
+            raise ValueError(f"{host}: the tool's code runs as uid {SANDBOX_UID} on this host, which may not read "
+                             f"it; make it readable (chmod -R o+rX {host})")
+    names = sorted({os.path.basename(host) for host, jail in mounts
+                    if jail.startswith(PACKAGES + "/") and not host.endswith(".dist-info")})
+    where = names + ([f"{limits.packages_dir} (at {SITE})"] if limits.packages_dir else [])
+    print("python tool: importable read-only besides the standard library: " + ", ".join(where),
+          file=sys.stderr, flush=True)
 
 
 _STATED: dict[bool, str] = {}
@@ -240,7 +277,7 @@ def sandbox_layers(unsafe: bool = False) -> str:
                 "the hook off reads and writes what the trainer can")
     else:
         line = ("python tool sandbox: user/pid/net/mount/ipc/uts/cgroup namespaces, uid "
-                f"{seen['uid']} inside (host uid {plan.host_uid if plan.host_uid is not None else os.geteuid()}), "
+                f"{seen['uid']} inside (host uid {plan.host_uid}), "
                 f"seccomp {'on' if seen['seccomp'] else 'OFF'}, no_new_privs {'on' if seen['no_new_privs'] else 'OFF'}, "
                 f"Landlock {'ABI ' + str(seen['landlock_abi']) if seen['landlock_abi'] else 'not in this kernel'}, "
                 f"{len(seen['network_interfaces'])} network interface(s), a private scratch tmpfs per call, "

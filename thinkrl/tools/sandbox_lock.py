@@ -1,6 +1,7 @@
-"""The sandbox's first stage (``python -s -S -B -P sandbox_lock.py READ_ONLY WRITABLE -- RUNNER...``):
-restricts this process with Landlock, then replaces itself with the runner,
-which inherits the restriction. Not imported by thinkrl.
+"""The sandbox's first stage (``python -s -S -B -P sandbox_lock.py [--uid=N] READ_ONLY WRITABLE -- RUNNER...``):
+drops to uid N where bwrap started it as root of a namespace made for that
+(``jail.nobody_userns``), restricts this process with Landlock, then replaces
+itself with the runner, which inherits all of it. Not imported by thinkrl.
 
 It uses ctypes to make the system calls; the exec leaves ctypes behind, so
 the model's code never shares a process with a loaded ctypes.
@@ -20,6 +21,8 @@ _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446  # the same on every 
 _VERSION = 1  # LANDLOCK_CREATE_RULESET_VERSION
 _PATH_BENEATH = 1
 _PR_SET_NO_NEW_PRIVS = 38
+_PR_CAPBSET_DROP = 24
+_CAP_VERSION_3 = 0x20080522
 
 EXECUTE, WRITE_FILE, READ_FILE, READ_DIR = 1, 2, 4, 8
 _FS_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 4: (1 << 15) - 1,
@@ -77,10 +80,35 @@ def _allow(libc, ruleset: int, path: str, rights: int) -> None:
         os.close(fd)
 
 
+def drop_to(uid: int) -> None:
+    """Becomes `uid` (and its gid, no groups) for good: bwrap ran this stage
+    as root of a namespace mapping `uid` to the same host uid, keeping only
+    CAP_SETUID, CAP_SETGID and CAP_SETPCAP for this. The bounding set is
+    emptied first, changing every uid clears the permitted and effective
+    sets, then the inheritable one is emptied."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    for cap in range(64):  # EINVAL past the kernel's last capability
+        libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
+    os.setresuid(uid, uid, uid)  # clears the permitted and effective sets
+    header, data = (ctypes.c_uint32 * 2)(_CAP_VERSION_3, 0), (ctypes.c_uint32 * 6)()
+    if libc.capset(header, data) != 0:  # and now the inheritable one
+        raise OSError(ctypes.get_errno(), "capset")
+    with open("/proc/self/status") as f:
+        held = {k: v.strip() for k, _, v in (line.partition(":") for line in f)}
+    if any(int(held[key], 16) for key in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")):
+        raise SystemExit(f"sandbox_lock: capabilities survived the drop ({held})")
+
+
 def main() -> None:
-    read_only, writable, dash, *runner = sys.argv[1:]
-    assert dash == "--" and runner, "usage: sandbox_lock.py READ_ONLY WRITABLE -- RUNNER..."
+    args = sys.argv[1:]
+    if args[0].startswith("--uid="):
+        drop_to(int(args.pop(0)[len("--uid="):]))
+    read_only, writable, dash, *runner = args
+    assert dash == "--" and runner, "usage: sandbox_lock.py [--uid=N] READ_ONLY WRITABLE -- RUNNER..."
     abi = restrict([p for p in read_only.split(":") if p], [p for p in writable.split(":") if p])
+    os.closerange(3, 1 << 20)  # only 0-2 reach the code (bwrap passes its --userns fd on)
     os.execv(runner[0], runner + [f"--landlock={abi}"])
 
 

@@ -43,9 +43,11 @@ class Finished:
 
 def run_contained(launch: Launch, *, wall_s: float, output_chars: int, cgroup: CallCgroup | None) -> Finished:
     argv = cgroup.wrap(launch.argv) if cgroup is not None else launch.argv
-    process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    # stdin: an empty pipe of its own, not the host's /dev/null (whose mode a root host uid could change)
+    process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                cwd=launch.cwd, env=launch.env, pass_fds=launch.pass_fds,
                                start_new_session=True)
+    process.stdin.close()
     cap = output_chars * 4  # bytes: up to 4 per character
     head, tail = _Head(cap), _Tail(cap)
     pidfd, exited = None, False
