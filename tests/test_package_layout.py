@@ -31,7 +31,10 @@ def _exists(name: str) -> bool:
 def imports_of(path: Path) -> set[str]:
     """The thinkrl modules `path` imports, wherever the statement stands.
     `from thinkrl.a import b` names thinkrl.a (whose __init__ runs first) and,
-    when it is a module, thinkrl.a.b."""
+    when it is a module, thinkrl.a.b. `from thinkrl import builtin` names
+    thinkrl.builtin alone: the root package's __init__ holds only the Python
+    API's entry points, which import the run's modules when called (as a
+    command does), so it sits above every module, not beside them."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -39,7 +42,8 @@ def imports_of(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("thinkrl"):
             for alias in node.names:
                 sub = f"{node.module}.{alias.name}"
-                found.add(node.module)
+                if node.module != "thinkrl" or not _exists(sub):
+                    found.add(node.module)
                 if _exists(sub):
                     found.add(sub)
     return found

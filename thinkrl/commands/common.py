@@ -44,6 +44,7 @@ def load_run_config(config: str | None, overrides: list[str], *, log=print, extr
     then `extra` (a tool's own keys, e.g. a rehearsal's: they never change
     which recipe the user's arguments name)."""
     from thinkrl.config import load_config
+    from thinkrl.config.verl_defaults import differences_note
 
     name = config or (None if overrides else "tiny")
     path = None if name is None else recipe_path(name)
@@ -54,6 +55,8 @@ def load_run_config(config: str | None, overrides: list[str], *, log=print, extr
     log(f"recipe: {path}" if path else
         "recipe: none, verl's defaults + the overrides given "
         "(to change the tiny recipe instead: thinkrl ... --config tiny key=value ...)")
+    if path is None and (note := differences_note(overrides)) is not None:
+        log(note)
     return load_config(path, overrides, tool_overrides=extra)
 
 

@@ -36,7 +36,7 @@ def adapter_settings_problems(prefix: str, model) -> list[tuple[str, object, str
         return found
     if importlib.util.find_spec("peft") is None:
         found.append((f"{prefix}.lora_rank", model.lora_rank,
-                      "LoRA needs PEFT: pip install 'thinkrl[lora]' (or peft), or set lora_rank=0"))
+                      "LoRA needs PEFT: pip install -e '.[lora]' (in thinkrl's checkout) (or peft), or set lora_rank=0"))
     if model.lora_alpha is None or not model.lora_alpha > 0:
         found.append((f"{prefix}.lora_alpha", model.lora_alpha,
                       "must be > 0 (the update is lora_alpha/lora_rank * B A), e.g. 32"))

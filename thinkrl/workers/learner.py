@@ -26,6 +26,7 @@ from typing import Callable, ContextManager
 import torch
 from torch import Tensor
 
+from thinkrl.progress import tell
 from thinkrl.algos.losses import LossScale
 from thinkrl.checkpoint.sharded import RoleFiles, load_role_state, save_role_shards
 from thinkrl.config.sizes import DerivedSizes
@@ -140,21 +141,23 @@ class Learner:
         """One optimizer step per mini-batch (this rank's share of it), then
         the LR schedule's step. Metrics are averaged over the mini-batches."""
         totals: dict[str, float] = {}
-        for mini in minis:
-            for key, value in self._step(mini.batch, mini.scale).items():
+        for index, mini in enumerate(minis):
+            where = f"mini-batch {index + 1}/{len(minis)}, " if len(minis) > 1 else ""
+            for key, value in self._step(mini.batch, mini.scale, where).items():
                 totals[key] = totals.get(key, 0.0) + value
         result = {key: value / len(minis) for key, value in totals.items()}
         result[f"{self.spec.role}/lr"] = self.optimizer.param_groups[0]["lr"]  # the rate this step used
         self.scheduler.step()
         return result
 
-    def _step(self, mini: Batch, scale: LossScale) -> dict[str, float]:
+    def _step(self, mini: Batch, scale: LossScale, where: str = "") -> dict[str, float]:
         role = self.spec.role
         self.optimizer.zero_grad(set_to_none=True)
         metrics: dict[str, float] = {}
         cuts = micro_batch_rows(mini.attention_mask.sum(-1), micro_batch_size=self.spec.micro_batch_size,
                                 max_tokens=self.spec.max_tokens)
-        for rows in agreed_micro_batches(cuts, device=self.device):
+        for count, rows in enumerate(agreed_micro_batches(cuts, device=self.device), 1):
+            tell(lambda: f"{where}micro-batch {count}/{len(cuts)}")
             if rows is None:  # another rank has more micro-batches: join its collectives
                 with self.autocast():
                     idle_pass(self.model, device=self.device, backward=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import socket
 import tempfile
 import time
@@ -217,6 +218,8 @@ class RayWorkerGroup:
                     raise WorkerFailed(f"ray: rank {r} ({self._nodes([r])}) failed during "
                                        f"{stage}:\n{err}") from None
                 except RayError as err:  # e.g. an exception that did not survive pickling
+                    if killed_for_memory(err):  # Ray's memory monitor killed the task
+                        raise self._died(r, stage, err) from None
                     raise WorkerFailed(f"ray: rank {r} ({self._nodes([r])}) failed during "
                                        f"{stage}:\n{err}") from None
                 except GetTimeoutError:  # ready but not fetched in time: try again
@@ -224,6 +227,10 @@ class RayWorkerGroup:
         return results
 
     def _died(self, r: int, stage: str, err: BaseException) -> WorkerFailed:
+        if killed_for_memory(err):
+            return WorkerFailed(f"ray: rank {r} ({self._nodes([r])}) was killed for memory during {stage}: "
+                                f"{memory_fix(stage)}; `thinkrl doctor` estimates each stage's peak. The "
+                                f"last complete checkpoint is intact. Ray's report:\n{_cut(str(err))}")
         return WorkerFailed(
             f"ray: rank {r} ({self._nodes([r])}) died during {stage} "
             f"({type(err).__name__}: killed, out of memory or crashed). The last "
@@ -279,3 +286,38 @@ class RayWorkerGroup:
             remove_placement_group(group)
         if self.started_cluster:
             ray.shutdown()
+
+
+_MEMORY_WORDS = re.compile(r"OutOfMemoryError|out of memory|memory monitor|low on memory|\bOOM\b", re.IGNORECASE)
+_FIXES = (
+    ("update", "lower actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu (critic.ppo_micro_batch_size_per_gpu "
+               "for the critic's), or set actor_rollout_ref.model.enable_gradient_checkpointing=True"),
+    ("log_prob", "lower actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu and "
+                 "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"),
+    ("ref", "lower actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"),
+    ("gen", "lower data.train_batch_size x actor_rollout_ref.rollout.n (the sequences decoded at once) or "
+            "data.max_response_length (vLLM: actor_rollout_ref.rollout.gpu_memory_utilization)"),
+    ("valid", "lower data.val_batch_size (and rollout.val_kwargs.n), the sequences a validation decodes at once"),
+    ("build", "the model does not fit this node's memory while it is loaded and sharded: spread it over more "
+              "devices or nodes (trainer.n_gpus_per_node, trainer.nnodes) or use a smaller model"),
+)
+
+
+def killed_for_memory(err: BaseException) -> bool:
+    """Whether Ray (its memory monitor, or the kernel's OOM killer) ended the rank for memory."""
+    return type(err).__name__ == "OutOfMemoryError" or bool(_MEMORY_WORDS.search(str(err)))
+
+
+def memory_fix(stage: str) -> str:
+    """The setting to lower for the stage a rank ran out of memory in."""
+    for word, fix in _FIXES:
+        if word in stage:
+            return fix
+    return ("lower the micro-batch sizes (actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu, "
+            "...log_prob_micro_batch_size_per_gpu) or the responses per step (data.train_batch_size x rollout.n)")
+
+
+def _cut(text: str, lines: int = 12) -> str:
+    """The head of Ray's memory report (its per-process table runs to dozens of lines)."""
+    kept = text.splitlines()
+    return "\n".join(kept[:lines] + ([f"... ({len(kept) - lines} more lines)"] if len(kept) > lines else []))
