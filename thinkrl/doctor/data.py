@@ -218,6 +218,8 @@ def _length_row(ctx: DoctorContext, key: str) -> CheckResult:
             return fail("data/prompt-length", f"{key}, row {index}: {err}",
                         "fix the row or change data.template")
     lengths = [len(ids) for ids in ctx.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    if step == 1:  # every row measured: the memory estimate may use the real longest prompt
+        ctx.memo[f"longest-prompt:{key}"] = min(max(lengths), limit)
     over = sum(n > limit for n in lengths)
     sampled = f"{len(lengths)} of {len(dataset.rows)} rows" if step > 1 else f"{len(lengths)} rows"
     found = (f"{key}: longest prompt {max(lengths)} tokens, data.max_prompt_length={limit}; "

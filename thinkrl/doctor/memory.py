@@ -18,6 +18,11 @@ fp32 terms divided by the devices FSDP shards over: 1 on the local backend):
                  materialises the scores. With gradient checkpointing only
                  each layer's input (c*b*s*h) is kept, plus one layer's full
                  set. The last term is the logits and their fp32 log-softmax.
+                 That is the padded forward. The shared-prompt pass
+                 (model.use_remove_padding on a plain Llama/Qwen2/Qwen3/Mistral
+                 decoder, thinkrl's default path) computes each distinct prompt
+                 once and the responses beside it: `shared_prompt_activations`
+                 gives its terms (counted against autograd's saved tensors).
     KV cache     2 * L * k * d * s * n_seq * c   + n_seq * V * 4 (sampling logits)
                  n_seq sequences generated at once (train batch x rollout.n,
                  or a validation batch x val_kwargs.n, the larger).
@@ -50,13 +55,18 @@ fp32 terms divided by the devices FSDP shards over: 1 on the local backend):
                               every device receives its shards one whole fp32 tensor at a
                               time (the largest, the embedding), never the whole model
 
-    peak = weights + AdamW + reference + critic
+    runtime      0.4 GiB      on a CPU only: the process itself (Python, torch, libraries)
+
+    peak = weights + AdamW + reference + critic (+ runtime)
            + max(gradients + activations, critic update) (+ vLLM share, awake)
            | KV cache + gathered weights + vLLM share + weight sync (the rollout)
            | build
 
 The rollout and the two updates never overlap, so the largest phase counts.
-It is a planning estimate (within tens of percent), not a measurement.
+On a CPU the peak is raised by `CPU_SLACK` (10%: what the allocator keeps
+of freed blocks); calibrated there against measured peaks of nine runs, it
+is an upper bound within 1.25x (docs/memory.md). On accelerators no device
+was lent to calibrate it: a planning estimate (within tens of percent).
 Per node (`check_host`): the fp32 weights pass through rank 0's host once
 (the other ranks receive their shards), plus whatever is offloaded there:
 the FSDP offload flags' shards, and the weights of every sleeping vLLM
@@ -71,9 +81,18 @@ from thinkrl.assets import val_batch_size
 from thinkrl.config.checks import execution_backend
 from thinkrl.doctor.context import DoctorContext, NotChecked
 from thinkrl.doctor.core import CheckResult, fail, gib, ok, warn
+from thinkrl.doctor.activations import shared_prompt_activations, shared_prompt_pass
 from thinkrl.rollout.vllm_engine import engine_dtype, sleeps
 
 WARN_FRACTION = 0.85
+CPU_SLACK = 0.15
+"""On a CPU, what the allocator keeps of freed blocks: the terms alone fell
+2-7% under the measured peaks of three of nine runs; with it, every run's
+peak is under the estimate by 3-23% (docs/memory.md)."""
+RUNTIME_BYTES = 400 * 2**20
+"""A trainer process's own memory before any model: Python with torch,
+transformers, thinkrl and a tokenizer imported (378 MB resident, measured
+with /usr/bin/time on this 2-core machine; docs/memory.md)."""
 _ARR = "actor_rollout_ref"
 _ONE_DEVICE = ("one device holds all of it; with more devices (trainer.n_gpus_per_node, "
                "trainer.nnodes) FSDP2 shards it over them")
@@ -143,11 +162,17 @@ class MemoryEstimate:
     build: int = 0
     """The sharded build: one whole fp32 tensor in flight from rank 0's host
     copy (the largest: the embedding), beside the shards already placed."""
+    runtime: int = 0
+    """On a CPU the device is the process: Python, torch, transformers and the
+    tokenizer hold their own memory (measured: `RUNTIME_BYTES`)."""
+    slack: float = 0.0
+    """A share added to the peak for memory the allocator freed but keeps
+    (`CPU_SLACK` on a CPU, calibrated against measured peaks: docs/memory.md)."""
 
     @property
     def resident(self) -> int:
         """What stays on the device the whole run."""
-        return self.weights + self.optimizer + self.reference + self.critic
+        return self.weights + self.optimizer + self.reference + self.critic + self.runtime
 
     @property
     def phases(self) -> dict[str, int]:
@@ -161,14 +186,14 @@ class MemoryEstimate:
 
     @property
     def peak(self) -> int:
-        return self.resident + max(self.phases.values())
+        return int((self.resident + max(self.phases.values())) * (1 + self.slack))
 
     def terms(self) -> dict[str, int]:
         return {"weights": self.weights, "gradients": self.gradients, "AdamW": self.optimizer,
                 "reference": self.reference, "critic": self.critic, "activations": self.activations,
                 "critic update": self.critic_update, "KV cache": self.kv_cache,
                 "gathered weights": self.gathered_weights, "vLLM share": self.vllm_share,
-                "weight sync": self.weight_sync, "build": self.build}
+                "weight sync": self.weight_sync, "build": self.build, "runtime": self.runtime}
 
 
 def estimate_memory(ctx: DoctorContext, *, capacity: int | None = None) -> MemoryEstimate:
@@ -187,6 +212,11 @@ def estimate_memory(ctx: DoctorContext, *, capacity: int | None = None) -> Memor
     arr = cfg.actor_rollout_ref
 
     s = sizes.prompt_length + sizes.response_length
+    # The shared-prompt pass pads prompts to its batch's longest: the data's, where
+    # data/prompt-length measured every row. (The padded formula keeps the limit: measured,
+    # its peaks hold transients its terms do not name; docs/memory.md.)
+    measured = [ctx.memo.get(f"longest-prompt:{key}") for key in ("data.train_files", "data.val_files")]
+    prompt_length = max(measured) if all(isinstance(n, int) for n in measured) else sizes.prompt_length
 
     def layer_activations(b: int, checkpointing: bool) -> float:
         per_layer_16bit = b * s * h * (34 + (0 if accelerator else 5 * heads * s / h))
@@ -195,7 +225,14 @@ def estimate_memory(ctx: DoctorContext, *, capacity: int | None = None) -> Memor
         return layers * per_layer_16bit * c / 2
 
     b = sizes.micro_batch_size_per_device
-    activations = int(layer_activations(b, arr.model.enable_gradient_checkpointing) + b * s * vocab * (c + 4))
+    if shared_prompt_pass(cfg, text):
+        activations = shared_prompt_activations(
+            b=b, prompts=min(b, sizes.prompts_per_mini_batch), p=prompt_length, r=sizes.response_length,
+            h=h, f=text.intermediate_size, kv=kv_heads * head_dim, layers=layers, vocab=vocab,
+            c=c, checkpointing=arr.model.enable_gradient_checkpointing,
+            fused_head=arr.model.use_fused_kernels)
+    else:
+        activations = int(layer_activations(b, arr.model.enable_gradient_checkpointing) + b * s * vocab * (c + 4))
     critic = critic_update = 0
     if sizes.critic is not None:  # PPO with a critic, assumed the policy's size
         critic_trained, critic = params, 12 * params // shards
@@ -239,7 +276,8 @@ def estimate_memory(ctx: DoctorContext, *, capacity: int | None = None) -> Memor
         activations=activations, kv_cache=int(kv), sequences=seqs,
         critic=critic, critic_update=critic_update,
         # rank 0 reads into host memory; a device gets its shards, one tensor at a time
-        build=4 * vocab * h if shards > 1 else 0)
+        build=4 * vocab * h if shards > 1 else 0, runtime=0 if accelerator else RUNTIME_BYTES,
+        slack=0.0 if accelerator else CPU_SLACK)
     if arr.rollout.name == "native":
         return replace(estimate, gathered_weights=c * params if shards > 1 else 0)
     return replace(estimate, kv_cache=0, **_vllm_terms(ctx, c=c, params=params, hidden=h, vocab=vocab,
@@ -303,10 +341,11 @@ def check_device(ctx: DoctorContext) -> CheckResult:
         capacity, measured = device_capacity(ctx.device_kind)
     estimate = estimate_memory(ctx, capacity=capacity)
     terms = estimate.terms()
-    largest = max(terms, key=terms.get)
+    largest = max((name for name in terms if name != "runtime"), key=terms.get)  # what a setting can shrink
     listed = ", ".join(f"{name} {gib(value)}" for name, value in terms.items() if value)
     fraction = estimate.peak / capacity if capacity else float("inf")
-    found = (f"~{gib(estimate.peak)} peak of {gib(capacity)} {measured} ({100 * fraction:.0f}%): {listed}; "
+    slack = f", + {100 * estimate.slack:.0f}% allocator slack" if estimate.slack else ""
+    found = (f"~{gib(estimate.peak)} peak of {gib(capacity)} {measured} ({100 * fraction:.0f}%): {listed}{slack}; "
              f"{estimate.sequences} sequences generated at once; largest: {largest}")
     if estimate.vllm_share and estimate.vllm_weights >= estimate.vllm_share:
         return fail("memory/device", found + f"; vLLM's share holds not even its weights "

@@ -36,24 +36,13 @@ def lean_spec(model: torch.nn.Module) -> LeanSpec | None:
     decoder this module computes exactly (the caller then uses the model's
     own forward)."""
     cfg = getattr(model, "config", None)
-    if cfg is None or getattr(cfg, "model_type", None) not in _PLAIN_DECODERS:
+    if cfg is None or not plain_decoder_config(cfg):
         return None
     inner = getattr(model, "model", None)
     if inner is None or not hasattr(inner, "layers") or not hasattr(model, "lm_head"):
         return None
     rope = getattr(cfg, "rope_parameters", None) or {}
-    rope_type = rope.get("rope_type", rope.get("type", "default"))
     theta = rope.get("rope_theta", getattr(cfg, "rope_theta", None))
-    if rope_type != "default" or theta is None:
-        return None
-    if getattr(cfg, "hidden_act", "silu") != "silu" or getattr(cfg, "use_sliding_window", False):
-        return None
-    if getattr(cfg, "sliding_window", None) and cfg.model_type == "mistral":
-        return None
-    if any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or [])):
-        return None
-    if getattr(cfg, "mlp_bias", False) or getattr(cfg, "pretraining_tp", 1) != 1:
-        return None
     if not all(_plain_layer(layer) for layer in inner.layers):
         return None
     qk_norm = cfg.model_type in _QK_NORM_DECODERS
@@ -64,6 +53,25 @@ def lean_spec(model: torch.nn.Module) -> LeanSpec | None:
     return LeanSpec(model=model, heads=cfg.num_attention_heads,
                     kv_heads=cfg.num_key_value_heads, head_dim=head_dim,
                     eps=cfg.rms_norm_eps, rope_theta=float(theta), qk_norm=qk_norm)
+
+
+def plain_decoder_config(cfg) -> bool:
+    """What the config alone says of `lean_spec`'s conditions (the doctor
+    judges a model from its config.json): a plain decoder type, default RoPE,
+    SiLU, no sliding window, full attention everywhere, no MLP bias."""
+    if getattr(cfg, "model_type", None) not in _PLAIN_DECODERS:
+        return False
+    rope = getattr(cfg, "rope_parameters", None) or {}
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type != "default" or rope.get("rope_theta", getattr(cfg, "rope_theta", None)) is None:
+        return False
+    if getattr(cfg, "hidden_act", "silu") != "silu" or getattr(cfg, "use_sliding_window", False):
+        return False
+    if getattr(cfg, "sliding_window", None) and cfg.model_type == "mistral":
+        return False
+    if any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or [])):
+        return False
+    return not getattr(cfg, "mlp_bias", False) and getattr(cfg, "pretraining_tp", 1) == 1
 
 
 def _plain_layer(layer: torch.nn.Module) -> bool:
