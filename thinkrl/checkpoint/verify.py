@@ -13,7 +13,7 @@ which would not be worth a second format.
 
 One core's sha256 would make a 7B save (84 GB of weights and AdamW moments)
 wait about a minute, so the work is spread over threads (hashlib and file
-reads release the GIL): every file, and every `PIECE_BYTES` piece of a larger
+reads release the GIL), when saving and when verifying: every file, and every `PIECE_BYTES` piece of a larger
 file, is a task of its own. A file of more than one piece is listed with one
 sha256 per piece instead ("piece_bytes", "sha256_pieces": piece i is bytes
 [i * piece_bytes, (i + 1) * piece_bytes), which `dd`/`split` and `sha256sum`
@@ -87,13 +87,18 @@ def _entry(size: int, pieces: list[str]) -> dict:
     return {"bytes": size, "piece_bytes": PIECE_BYTES, "sha256_pieces": pieces}
 
 
-def _matches(path: Path, expected: dict) -> bool:
-    """Does `path` hash as `expected` lists it (whole, or piece by piece)?"""
-    if "sha256_pieces" not in expected:
-        return sha256_file(path) == expected["sha256"]
-    step = int(expected["piece_bytes"])
-    return all(sha256_file(path, i * step, step) == digest
-               for i, digest in enumerate(expected["sha256_pieces"]))
+def hash_tasks(listed: dict[str, dict]) -> list[tuple[str, int, int | None, str]]:
+    """(file, start, length, sha256) for every file of `listed`, and for every
+    piece of one listed piece by piece: each a task of its own, so one large
+    file (a 7B optimizer state) verifies on every core, as it was saved."""
+    tasks = []
+    for rel, expected in listed.items():
+        if "sha256_pieces" not in expected:
+            tasks.append((rel, 0, None, expected["sha256"]))
+            continue
+        step = int(expected["piece_bytes"])
+        tasks += [(rel, i * step, step, digest) for i, digest in enumerate(expected["sha256_pieces"])]
+    return tasks
 
 
 def read_meta(folder: Path) -> dict:
@@ -120,12 +125,13 @@ def verify_checkpoint(folder: Path) -> bool:
         if size != expected["bytes"]:
             raise DamagedCheckpoint(f"{folder}: {rel} has {size} bytes, {expected['bytes']} were "
                                     "saved (truncated or overwritten)")
-    with ThreadPoolExecutor(_threads()) as pool:  # every file on a core of its own
-        intact = dict(zip(listed or {}, pool.map(lambda rel: _matches(folder / rel, listed[rel]),
-                                                  listed or {})))
-    for rel, ok in intact.items():
+    tasks = hash_tasks(listed or {})
+    with ThreadPoolExecutor(_threads()) as pool:  # every file and every piece on a core of its own
+        matches = list(pool.map(lambda task: sha256_file(folder / task[0], task[1], task[2]) == task[3], tasks))
+    for (rel, start, length, _), ok in zip(tasks, matches):
         if not ok:
-            raise DamagedCheckpoint(f"{folder}: {rel} does not match its saved sha256 (its "
+            where = f" (bytes {start}-{start + length - 1})" if length is not None else ""
+            raise DamagedCheckpoint(f"{folder}: {rel}{where} does not match its saved sha256 (its "
                                     "bytes changed after the save)")
     weights = sorted(folder / rel for rel in listed) if listed else sorted(folder.rglob("*.safetensors"))
     for path in weights:
