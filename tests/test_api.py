@@ -20,6 +20,12 @@ def test_a_dict_recipe_and_dict_overrides_keep_their_types():
     assert (cfg.trainer.total_training_steps, cfg.data.train_batch_size) == (3, 8)
     assert cfg.trainer.logger == ["console"] and cfg.trainer.experiment_name == "nb"
     assert cfg.trainer.val_before_train is False and cfg.trainer.resume_from_path is None
+    import numpy as np
+    from pathlib import Path
+
+    swept = thinkrl.resolved_config("tiny", {"trainer.seed": np.arange(3)[2],
+                                             "trainer.default_local_dir": Path("/tmp/a=b #c")}, log=lambda _: None)
+    assert swept.trainer.seed == 2 and swept.trainer.default_local_dir == "/tmp/a=b #c"
 
 
 def test_a_bad_config_raises_with_the_fix_and_a_config_object_takes_no_overrides():

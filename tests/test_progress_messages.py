@@ -21,7 +21,10 @@ def test_a_run_tells_its_decoding_and_its_micro_batches(asset_cache, tiny_model_
     decoding = [line for line in heard if "tokens/s per row" in line]
     assert decoding and decoding[0].startswith("1/8 tokens, 8/8 rows running")
     assert "mini-batch 1/2, micro-batch 1/2" in heard and "mini-batch 2/2, micro-batch 2/2" in heard
-    assert progress._listener is None  # gone with the block
+    inner, outer = [], []
+    with progress.listening(outer.append), progress.listening(inner.append):  # the bar beside a caller's
+        progress.tell(lambda: "both", force=True)
+    assert inner == outer == ["both"]
 
 
 def test_nothing_is_built_when_nobody_listens():

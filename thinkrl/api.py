@@ -81,8 +81,22 @@ def _as_overrides(overrides: Mapping[str, Any] | Sequence[str]) -> list[str]:
     if isinstance(overrides, str):
         raise ValueError(f"overrides={overrides!r}: give a dict of dotted keys, or a list of 'key=value'")
     if isinstance(overrides, Mapping):
-        return [f"{key}={json.dumps(value)}" for key, value in overrides.items()]
+        return [f"{key}={json.dumps(_plain(value))}" for key, value in overrides.items()]
     return list(overrides)
+
+
+def _plain(value: Any) -> Any:
+    """A notebook's values as JSON takes them: a Path as its text, a numpy
+    scalar as its Python number, lists and dicts through."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "item") and callable(value.item) and getattr(value, "shape", None) == ():
+        return value.item()
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
 
 
 def _records(path: Path) -> list[dict[str, Any]]:

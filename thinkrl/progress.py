@@ -4,7 +4,7 @@ bar (the one listener) shows it beside the stage. A long step on a busy
 laptop then reads as work, not a hang.
 
 In-process only: ranks on Ray workers keep theirs (the bar still shows the
-stage). Told at most every `INTERVAL_S`, so a decoder's loop pays one clock
+stage). One listener chain per process: runs on two threads at once share it. Told at most every `INTERVAL_S`, so a decoder's loop pays one clock
 read per token.
 """
 
@@ -21,9 +21,11 @@ _last_told = 0.0
 
 @contextlib.contextmanager
 def listening(listener: Callable[[str], None]) -> Iterator[None]:
-    """`listener(text)` hears what is told while the block runs."""
+    """`listener(text)` hears what is told while the block runs, beside any
+    listener already there (a notebook's around `thinkrl.train`, and the bar)."""
     global _listener
-    before, _listener = _listener, listener
+    before = _listener
+    _listener = listener if before is None else (lambda text: (before(text), listener(text)))
     try:
         yield
     finally:

@@ -45,7 +45,7 @@ def test_a_changed_byte_in_the_last_piece_is_named(tmp_path, small_pieces):
     changed = bytearray(blob)
     changed[2100] ^= 1
     (folder / "actor" / "optimizer.pt").write_bytes(bytes(changed))
-    with pytest.raises(DamagedCheckpoint, match=r"actor/optimizer.pt \(bytes 2000-2999\) does not match its "
+    with pytest.raises(DamagedCheckpoint, match=r"actor/optimizer.pt \(bytes 2000-2559\) does not match its "
                                                  r"saved sha256"):
         verify_checkpoint(folder)
 
@@ -64,13 +64,14 @@ def test_verifying_a_file_of_pieces_hashes_each_piece_as_a_task_of_its_own(tmp_p
         import threading
         import time
         time.sleep(0.05)  # long enough for the pool to hand the next piece to another thread
-        hashed_on.add(threading.get_ident())
+        if path.name == "optimizer.pt":  # the one file: its pieces alone must spread
+            hashed_on.add(threading.get_ident())
         return original(path, start, length)
 
     monkeypatch.setattr(verify, "sha256_file", remember_thread)
     monkeypatch.setattr(verify, "_threads", lambda: 4)
     assert verify_checkpoint(folder)
-    assert len(hashed_on) > 1
+    assert len(hashed_on) >= 2
 
 
 def test_a_whole_file_checksum_of_an_earlier_release_still_verifies(tmp_path, small_pieces):

@@ -27,7 +27,8 @@ def test_a_verl_line_hears_the_differences_it_leaves_in_force():
     note = next(line for line in said if line.startswith("thinkrl's defaults that differ"))
     assert "algorithm.adv_estimator=grpo (verl: gae;" in note and "trainer.device=auto (verl: cuda;" in note
     assert "n_gpus_per_node" not in note and "partial_rollout" not in note  # set; not an async line
-    assert "partial_rollout=False (verl: True;" in differences_note(["async_training.mode=fully_async"])
+    assert "partial_rollout=unset (verl: True; off in batch mode, on with streaming" in differences_note(
+        ["async_training.mode=fully_async"])
     said.clear()
     load_run_config("tiny", [], log=said.append)  # a recipe says its own values
     assert not any(line.startswith("thinkrl's defaults") for line in said)

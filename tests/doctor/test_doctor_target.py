@@ -28,10 +28,12 @@ def test_the_catalogue_and_sizes_parse_and_a_wrong_name_lists_them():
     assert (h100.kind, h100.per_node, round(h100.bytes_per_device / 2**30, 1)) == ("cuda", 8, 79.2)
     assert parse_target("910b").kind == "npu" and parse_target("910b").per_node is None
     assert parse_target("80GiBx4").bytes_per_device == 80 * 2**30
-    assert parse_target("npu:64GB") == parse_target("npu:64GB") and parse_target("npu:64GB").kind == "npu"
+    assert parse_target("npu:64GB").kind == "npu" and parse_target("64GB").kind == "cuda"
     assert parse_target("npu:64GB").bytes_per_device == 64 * 10**9
     with pytest.raises(ValueError, match=r"h100, h200, .*910b.*80GiB.*h100x8"):
         parse_target("v100x8")
+    with pytest.raises(ValueError, match="more than 0 bytes"):
+        parse_target("0GiBx8")
 
 
 def _ctx(target: str | None, *extra: str, params: int = 100_000):
@@ -53,6 +55,8 @@ def test_devices_per_node_are_compared_with_the_target_and_a_gpu_line_on_a_cpu_i
     row = check_devices(_ctx("h100x4"))
     assert row.status == "fail" and "set trainer.n_gpus_per_node=4" in row.fix
     assert check_devices(_ctx("h100x8")).status == "ok"
+    wrong_kind = check_devices(_ctx("h100x8", "trainer.device=npu"))
+    assert wrong_kind.status == "fail" and "set trainer.device=cuda" in wrong_kind.fix
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     ctx = _ctx(None)
     ctx.__dict__["device_kind"] = "cpu"

@@ -32,10 +32,14 @@ def test_the_first_line_names_the_stage_and_the_setting_and_the_report_is_cut():
 
 
 def test_each_stage_names_its_own_setting_and_other_deaths_stay_as_they_were():
-    assert "rollout.n" in memory_fix("gen") and "val_batch_size" in memory_fix("validation")
+    assert "rollout.n" in memory_fix("gen") and "val_batch_size" in memory_fix("gen")  # validation runs as gen
+    assert "update_weights_bucket_megabytes" in memory_fix("update_weights")
+    assert "ppo_micro_batch_size_per_gpu" in memory_fix("update_actor")
     assert "log_prob_micro_batch_size_per_gpu" in memory_fix("old_log_prob")
     assert "trainer.nnodes" in memory_fix("build (load and shard the model)")
     assert killed_for_memory(RuntimeError("worker killed by the OOM killer"))
+    assert killed_for_memory(type("OutOfMemoryError", (RuntimeError,), {})("CUDA out of memory. Tried to "
+                                                                           "allocate 2.00 GiB"))
     assert not killed_for_memory(RuntimeError("connection closed by peer"))
     died = RayWorkerGroup._died(_Group(), 0, "gen", RuntimeError("SIGSEGV in the rank"))
     assert "died during gen" in str(died) and "killed for memory" not in str(died)

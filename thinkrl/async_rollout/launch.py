@@ -13,6 +13,7 @@ from thinkrl.async_rollout.sampler import AsyncRollout, AsyncSampler, Window
 from thinkrl.async_rollout.stream import StreamArgs, StreamSchedule
 from thinkrl.async_rollout.streaming import StreamingRollout
 from thinkrl.config import Config
+from thinkrl.config.schema_async import partial_rollout_on
 from thinkrl.models.vision import is_vision_model
 from thinkrl.parallel.device import resolve_device
 from thinkrl.run import Roles
@@ -46,7 +47,7 @@ def stream_args(cfg: Config, spec: RankSpec, draw: Draw, window: Window) -> Stre
     schedule = StreamSchedule(groups_per_batch=batch, cap=window.cap, sync_every=window.sync_every)
     return StreamArgs(loader=draw.loader, params=draw.sampling, schedule=schedule,
                       slots=max(n, min(rollout.max_num_seqs, batch * n)),
-                      partial=cfg.async_training.partial_rollout, seed=spec.sampling_seed)
+                      partial=partial_rollout_on(cfg.async_training), seed=spec.sampling_seed)
 
 
 def start_async_rollout(cfg: Config, spec: RankSpec, roles: Roles, draw: Draw, *,
@@ -63,7 +64,7 @@ def start_async_rollout(cfg: Config, spec: RankSpec, roles: Roles, draw: Draw, *
     trainer_threads, rollout_threads = thread_split(cfg) if on_cpu else (0, 0)
     window = async_window(cfg)
     stream = stream_args(cfg, spec, draw, window) if asynchronous.streaming else None
-    chunked = asynchronous.partial_rollout and stream is None  # streaming decodes token by token
+    chunked = partial_rollout_on(asynchronous) and stream is None  # streaming decodes token by token
     chunk = asynchronous.partial_chunk_tokens if chunked else 0
     process = RolloutProcess(spec, chunk_tokens=chunk, threads=rollout_threads,
                              timeout_s=cfg.trainer.ray_wait_timeout_s, stream=stream)
@@ -84,7 +85,8 @@ def start_async_rollout(cfg: Config, spec: RankSpec, roles: Roles, draw: Draw, *
         + f"); weights synced every {window.sync_every} step(s), {shape}"
         + (", partial rollout on (a seeded run will not repeat: which chunk a sync lands on depends on "
            "timing)" if chunked else ", partial rollout off (verl's default is on; off, a seeded run "
-           "repeats; streaming=True keeps the overlap and repeats too)" if stream is None else "")
+           "repeats; streaming=True keeps the overlap and repeats too)" if stream is None else
+           f", partial rollout {'on: in-flight updates at fixed points' if stream.partial else 'off'}")
         + "; pi_old: "
         + ("the rollout's log-probs (actor.use_rollout_log_probs)"
            if cfg.actor_rollout_ref.actor.use_rollout_log_probs else

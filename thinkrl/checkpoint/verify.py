@@ -130,7 +130,8 @@ def verify_checkpoint(folder: Path) -> bool:
         matches = list(pool.map(lambda task: sha256_file(folder / task[0], task[1], task[2]) == task[3], tasks))
     for (rel, start, length, _), ok in zip(tasks, matches):
         if not ok:
-            where = f" (bytes {start}-{start + length - 1})" if length is not None else ""
+            end = min(start + length, listed[rel]["bytes"]) - 1 if length is not None else None
+            where = f" (bytes {start}-{end})" if length is not None else ""
             raise DamagedCheckpoint(f"{folder}: {rel}{where} does not match its saved sha256 (its "
                                     "bytes changed after the save)")
     weights = sorted(folder / rel for rel in listed) if listed else sorted(folder.rglob("*.safetensors"))

@@ -79,7 +79,7 @@ def preflight(cfg, *, log, extra: list = ()) -> None:
     if has_failure(results):
         failed = sum(r.status == "fail" for r in results)
         raise ValueError(f"`thinkrl doctor` found {failed} problem(s) that would stop this run:\n"
-                         f"{listing(results)}\nFix them, or pass --skip-doctor to start anyway.")
+                         f"{listing(results)}\nFix them, or pass --skip-doctor (from Python: doctor=False) to start anyway.")
     if results:
         log("doctor:\n" + listing(results))
 

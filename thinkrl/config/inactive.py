@@ -8,6 +8,7 @@ from thinkrl.config.checks import execution_backend
 from thinkrl.config.keys import ARR, shown, value_at
 from thinkrl.config.loading import flatten_keys
 from thinkrl.config.schema import Config
+from thinkrl.config.schema_async import partial_rollout_on
 
 # critic.* keys accepted for verl's launch lines that change nothing here.
 CRITIC_VERL_ONLY = ("rollout_n", "model.tokenizer_path", "model.external_lib", "model.use_remove_padding",
@@ -74,8 +75,9 @@ def _async_notes(cfg: Config) -> Notes:
     notes = [(("async_training.staleness_threshold", "async_training.trigger_parameter_sync_step"),
               "one_step_off always syncs every step and generates one batch ahead")] \
         if a.mode == "one_step_off" else []
-    if not a.partial_rollout:
-        notes.append((("async_training.partial_chunk_tokens",), "async_training.partial_rollout=False"))
+    if not partial_rollout_on(a) or a.streaming:  # streaming decodes token by token: no chunks
+        notes.append((("async_training.partial_chunk_tokens",),
+                      "async_training.streaming=True" if a.streaming else "async_training.partial_rollout off"))
     return notes
 
 

@@ -32,14 +32,17 @@ class AsyncTrainingConfig:
     prompts, which must then equal ``require_batches`` x ``ppo_mini_batch_size``
     (verl's fully-async lines set ``data.train_batch_size=0``; set it to that
     product here)."""
-    partial_rollout: bool = False
+    partial_rollout: bool | None = None
     """fully_async / one_step_off: a weight sync that arrives while a batch is
     being generated is applied between two chunks of its decoding (its rows
     continue with the new weights, their prefix prefilled again), instead of
-    waiting for the batch to finish. Each token keeps the version it was
-    sampled with. Off by default (verl: on): which chunk a sync lands on
-    depends on timing, so with it a seeded run does not repeat and a resume
-    is not exact; ``streaming`` repeats exactly and keeps the overlap."""
+    waiting for the batch to finish; with ``streaming``, at the stream's fixed
+    points, running responses keeping their cached prefix. Each token keeps
+    the version it was sampled with. None (thinkrl's default; verl's is on):
+    on with ``streaming``, whose points are fixed so a seeded run repeats;
+    off in batch mode, where which chunk a sync lands on depends on timing,
+    so a seeded run would not repeat and a resume would not be exact
+    (`partial_rollout_on`)."""
     streaming: bool = False
     """thinkrl, fully_async / one_step_off: the rollout process draws prompts
     itself and decodes them with continuous batching (a finished response's
@@ -63,3 +66,10 @@ class AsyncTrainingConfig:
     """thinkrl, CPU: torch threads of the trainer in async modes; 0: those the
     rollout process leaves (more than that oversubscribes the cores, which pays
     when the rollout side is mostly idle: docs/benchmarks.md)."""
+
+
+def partial_rollout_on(asynchronous: AsyncTrainingConfig) -> bool:
+    """`partial_rollout` as it applies: None means on with streaming, off in batch mode."""
+    if asynchronous.partial_rollout is None:
+        return asynchronous.streaming
+    return asynchronous.partial_rollout

@@ -16,8 +16,9 @@ DIFFERENCES = {
     "trainer.n_gpus_per_node": (8, 1, "one device unless told: the same line runs on a laptop"),
     "trainer.device": ("cuda", "auto", "CUDA, else an Ascend NPU, else the CPU: the same line runs on "
                        "each"),
-    "async_training.partial_rollout": (True, False, "a seeded run repeats and a resume is exact (which "
-                                       "decoding chunk a weight sync lands on depends on timing)"),
+    "async_training.partial_rollout": (True, None, "off in batch mode, on with streaming: a seeded run repeats "
+                                       "and a resume is exact (in batch mode, which decoding chunk a weight "
+                                       "sync lands on depends on timing)"),
 }
 """dotted key -> (verl's default, thinkrl's, why)."""
 
@@ -35,4 +36,4 @@ def differences_note(overrides: Sequence[str]) -> str | None:
 
 
 def _shown(value) -> str:
-    return str(value) if not isinstance(value, bool) else ("True" if value else "False")
+    return "unset" if value is None else str(value)

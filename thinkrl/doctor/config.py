@@ -65,6 +65,10 @@ def check_devices(ctx: DoctorContext) -> CheckResult:
     trainer = ctx.cfg.trainer
     asked = f"trainer.n_gpus_per_node={trainer.n_gpus_per_node} x trainer.nnodes={trainer.nnodes}"
     if ctx.target is not None:
+        if trainer.device not in ("auto", ctx.target.kind):
+            return fail("config/devices", f"trainer.device={trainer.device}, but the target is a "
+                        f"{ctx.target.kind} machine ({ctx.target.label})",
+                        f"set trainer.device={ctx.target.kind} (or auto), or name the target the line is for")
         per_node = ctx.target.per_node
         if per_node is not None and trainer.n_gpus_per_node > per_node:
             return fail("config/devices", f"{asked}, but a node of the target holds {per_node}",

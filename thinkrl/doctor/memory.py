@@ -63,9 +63,9 @@ fp32 terms divided by the devices FSDP shards over: 1 on the local backend):
            | build
 
 The rollout and the two updates never overlap, so the largest phase counts.
-On a CPU the peak is raised by `CPU_SLACK` (10%: what the allocator keeps
-of freed blocks); calibrated there against measured peaks of nine runs, it
-is an upper bound within 1.25x (docs/memory.md). On accelerators no device
+On a CPU the peak is raised by `CPU_SLACK` (15%: what the allocator keeps
+of freed blocks); calibrated there against the measured peaks of ten runs,
+it is an upper bound, within 1.5x for nine (docs/memory.md). On accelerators no device
 was lent to calibrate it: a planning estimate (within tens of percent).
 Per node (`check_host`): the fp32 weights pass through rank 0's host once
 (the other ranks receive their shards), plus whatever is offloaded there:
@@ -87,8 +87,8 @@ from thinkrl.rollout.vllm_engine import engine_dtype, sleeps
 WARN_FRACTION = 0.85
 CPU_SLACK = 0.15
 """On a CPU, what the allocator keeps of freed blocks: the terms alone fell
-2-7% under the measured peaks of three of nine runs; with it, every run's
-peak is under the estimate by 3-23% (docs/memory.md)."""
+under the measured peaks of some runs; with it, every one of ten runs'
+peak is under the estimate (docs/memory.md)."""
 RUNTIME_BYTES = 400 * 2**20
 """A trainer process's own memory before any model: Python with torch,
 transformers, thinkrl and a tokenizer imported (378 MB resident, measured

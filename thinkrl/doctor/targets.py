@@ -59,6 +59,8 @@ def parse_target(text: str) -> Target:
     size = _SIZE.match(name)
     if size:
         kind, amount, unit = size.group(1) or "cuda", float(size.group(2)), size.group(3)
+        if amount <= 0:
+            raise ValueError(f"--target {text}: a device holds more than 0 bytes")
         scale = 2**30 if unit == "gib" else 10**9
         return Target(kind, int(amount * scale), count,
                       f"a {kind} device of {size.group(2)} {'GiB' if unit == 'gib' else 'GB'}")

@@ -156,8 +156,9 @@ class Learner:
         metrics: dict[str, float] = {}
         cuts = micro_batch_rows(mini.attention_mask.sum(-1), micro_batch_size=self.spec.micro_batch_size,
                                 max_tokens=self.spec.max_tokens)
-        for count, rows in enumerate(agreed_micro_batches(cuts, device=self.device), 1):
-            tell(lambda: f"{where}micro-batch {count}/{len(cuts)}")
+        agreed = agreed_micro_batches(cuts, device=self.device)  # idle passes where another rank has more
+        for count, rows in enumerate(agreed, 1):
+            tell(lambda: f"{where}micro-batch {count}/{len(agreed)}")
             if rows is None:  # another rank has more micro-batches: join its collectives
                 with self.autocast():
                     idle_pass(self.model, device=self.device, backward=True)

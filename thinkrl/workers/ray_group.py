@@ -207,6 +207,8 @@ class RayWorkerGroup:
                     raise self._died(r, stage, err) from None
                 except RayTaskError as err:
                     cause = err.cause  # the worker's own exception
+                    if killed_for_memory(cause):  # torch's OutOfMemoryError on the rank's device
+                        raise self._died(r, stage, cause) from None
                     if isinstance(cause, (ValueError, FloatingPointError)):
                         # a user's mistake or a diverged run: the CLI says it in its own words
                         raise cause from None
@@ -289,15 +291,17 @@ class RayWorkerGroup:
 
 
 _MEMORY_WORDS = re.compile(r"OutOfMemoryError|out of memory|memory monitor|low on memory|\bOOM\b", re.IGNORECASE)
-_FIXES = (
+_FIXES = (  # the first word the stage's name holds picks the fix
+    ("update_weights", "lower actor_rollout_ref.rollout.update_weights_bucket_megabytes (vLLM: also "
+                       "actor_rollout_ref.rollout.gpu_memory_utilization)"),
     ("update", "lower actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu (critic.ppo_micro_batch_size_per_gpu "
                "for the critic's), or set actor_rollout_ref.model.enable_gradient_checkpointing=True"),
     ("log_prob", "lower actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu and "
                  "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"),
     ("ref", "lower actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"),
-    ("gen", "lower data.train_batch_size x actor_rollout_ref.rollout.n (the sequences decoded at once) or "
-            "data.max_response_length (vLLM: actor_rollout_ref.rollout.gpu_memory_utilization)"),
-    ("valid", "lower data.val_batch_size (and rollout.val_kwargs.n), the sequences a validation decodes at once"),
+    ("gen", "lower data.train_batch_size x actor_rollout_ref.rollout.n in training, data.val_batch_size x "
+            "rollout.val_kwargs.n in validation (the sequences decoded at once), or data.max_response_length "
+            "(vLLM: actor_rollout_ref.rollout.gpu_memory_utilization)"),
     ("build", "the model does not fit this node's memory while it is loaded and sharded: spread it over more "
               "devices or nodes (trainer.n_gpus_per_node, trainer.nnodes) or use a smaller model"),
 )
