@@ -53,9 +53,33 @@ def test_a_valueerror_from_thinkrl_is_a_user_error_one_from_torch_is_a_bug(tmp_p
     assert code == 1 and "bug in thinkrl" in text and "ValueError: Expected input batch_size" in text
 
 
+def test_a_plain_valueerror_of_thinkrl_s_own_is_a_bug_with_the_resume_line(tmp_path):
+    """Only a UserError is the user's: an invariant of thinkrl's that breaks is
+    its bug, reported with the traceback's file and the line that resumes."""
+    from thinkrl.algos.pass_at_k import pass_at_k
+
+    run_dir = tmp_path / "run"
+    _checkpoint(run_dir, 2)
+
+    def invariant():
+        lock = RunLock.acquire(run_dir)
+        try:
+            pass_at_k(4, 5, 1)  # 5 correct of 4: thinkrl's own ValueError, not the user's
+        finally:
+            lock.release()
+
+    code, text = _run(invariant, argv=["train", "--config", "tiny"])
+    assert code == 1 and "this is a bug in thinkrl" in text and "5 correct out of 4" in text
+    assert "Resume with: thinkrl train --config tiny trainer.resume_mode=auto" in text
+
+
 def test_setup_errors_from_anywhere_are_the_users():
-    assert is_user_error(SetupError("problem", "fix"))
-    assert not is_user_error(KeyError("x"))
+    from thinkrl.checkpoint.verify import DamagedCheckpoint
+    from thinkrl.errors import UserError
+
+    assert is_user_error(SetupError("problem", "fix")) and is_user_error(UserError("problem; fix"))
+    assert is_user_error(DamagedCheckpoint("folder: a file is missing"))
+    assert not is_user_error(KeyError("x")) and not is_user_error(ValueError("an invariant broke"))
 
 
 def test_ctrl_c_prints_what_is_kept_and_the_resume_command(tmp_path):

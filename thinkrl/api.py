@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from thinkrl.config.schema import Config
+from thinkrl.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ def resolved_config(recipe: str | Path | Mapping[str, Any] | Config | None = Non
 
     if isinstance(recipe, Config):
         if overrides:
-            raise ValueError("overrides apply to a recipe, not to a Config object: change its fields, "
+            raise UserError("overrides apply to a recipe, not to a Config object: change its fields, "
                              "or pass the recipe's name, file or dict with the overrides")
         cfg = recipe
     elif isinstance(recipe, Mapping):
@@ -79,7 +80,7 @@ def _as_overrides(overrides: Mapping[str, Any] | Sequence[str]) -> list[str]:
     """A dict of dotted keys and values as the command line's "key=value" (values as JSON, which
     the override parser reads as YAML: lists, numbers, booleans, null and strings keep their type)."""
     if isinstance(overrides, str):
-        raise ValueError(f"overrides={overrides!r}: give a dict of dotted keys, or a list of 'key=value'")
+        raise UserError(f"overrides={overrides!r}: give a dict of dotted keys, or a list of 'key=value'")
     if isinstance(overrides, Mapping):
         return [f"{key}={json.dumps(_plain(value))}" for key, value in overrides.items()]
     return list(overrides)

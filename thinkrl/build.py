@@ -33,6 +33,7 @@ from thinkrl.config.loading import config_to_dict
 from thinkrl.data.dataset import PromptLoader
 from thinkrl.data.images import check_image_backend
 from thinkrl.data.mixture import MixtureLoader, source_weights
+from thinkrl.errors import UserError
 from thinkrl.metrics import MetricsLog
 from thinkrl.parallel.device import synchronizer
 from thinkrl.preflight import check_backend, check_model
@@ -97,7 +98,7 @@ def _assemble_with(cfg: Config, sizes: DerivedSizes, router: EnvRouter, *, train
     for name, rows in check_rows(router, [p.sample for p in val_prompts], key="data.val_files", log=log).items():
         environments[name] = environments.get(name, 0) + rows
     if needs_loop(environments) and cfg.async_training.mode != "off":
-        raise ValueError(f"async_training.mode={cfg.async_training.mode}: rows talk to environments "
+        raise UserError(f"async_training.mode={cfg.async_training.mode}: rows talk to environments "
                          f"({', '.join(sorted(n for n in environments if n != SINGLE_TURN))}), which the "
                          "rollout process does not run yet: set async_training.mode=off")
     reward = RewardScorer.from_config(cfg)  # a bad custom reward file stops the run here
@@ -226,7 +227,7 @@ def import_external_lib(cfg: Config) -> None:
     try:
         importlib.import_module(lib)
     except ImportError as err:
-        raise ValueError(f"actor_rollout_ref.model.external_lib={lib}: cannot import it ({err}); "
+        raise UserError(f"actor_rollout_ref.model.external_lib={lib}: cannot import it ({err}); "
                          "install it or remove the key") from None
 
 

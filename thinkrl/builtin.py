@@ -34,6 +34,7 @@ from pathlib import Path
 
 from thinkrl.atomic import build_once
 from thinkrl.data.synthetic import ARITH_TRAIN_SIZE
+from thinkrl.errors import UserError
 
 PREFIX = "builtin:"
 DATA_DONE = "test.parquet"  # each data set's last file written: it is complete when this is there
@@ -63,7 +64,7 @@ def resolve_data_files(spec: str | list[str], *, log=print) -> str | list[str]:
     if name in ("gym/train", "gym/test"):
         return str(gym_parquet(log=log) / f"{name.split('/')[1]}.parquet")
     if name not in ("arith/train", "arith/test"):
-        raise ValueError(f"unknown built-in data set {spec!r}: use builtin:arith/train, "
+        raise UserError(f"unknown built-in data set {spec!r}: use builtin:arith/train, "
                          "builtin:arith/test, builtin:sums/train, builtin:sums/test, "
                          "builtin:gym/train, builtin:gym/test, "
                          "builtin:calc/train, builtin:calc/test, "
@@ -185,7 +186,7 @@ def resolve_model_path(path: str, *, log=print) -> str:
 
         return str(build_smollm2(cache_dir() / "models" / f"smollm2-135m-instruct-{GGUF_SHA256[:12]}", log=log))
     if path not in builders:
-        raise ValueError(f"unknown built-in model {path!r}: use builtin:tiny-qwen2, "
+        raise UserError(f"unknown built-in model {path!r}: use builtin:tiny-qwen2, "
                          "builtin:tiny-qwen2-calc, builtin:tiny-qwen2-longtail, "
                          "builtin:smollm2-135m-instruct, a local Hugging Face folder or a hub model id")
     name, spec, build = builders[path]

@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from thinkrl.errors import UserError
+
 
 @dataclass(frozen=True, slots=True)
 class Finished:
@@ -44,7 +46,7 @@ def run_all(calls: Sequence[Callable[[], Any]], *, concurrency: int,
     """Run every call (at most `concurrency` at once, each within `timeout_s`,
     one for all or one per call); one result per call, in order."""
     if concurrency < 1:
-        raise ValueError(f"concurrency={concurrency}: must be >= 1")
+        raise UserError(f"concurrency={concurrency}: must be >= 1")
     limits = [float(timeout_s)] * len(calls) if isinstance(timeout_s, (int, float)) else list(timeout_s)
     results: list[Result | None] = [None] * len(calls)
     running: dict[int, _Call] = {}

@@ -12,7 +12,15 @@ import errno
 from pathlib import Path
 
 
-class SetupError(ValueError):
+class UserError(ValueError):
+    """A mistake the user fixes (config, data, files, installation, a
+    checkpoint that does not fit the run); the message says what and how.
+    `thinkrl COMMAND` reports it as such (exit 2). Any other exception
+    reaching a command, a ValueError of thinkrl's own included, is a bug:
+    a traceback in error.log and the resume line (`thinkrl.exits`)."""
+
+
+class SetupError(UserError):
     def __init__(self, problem: str, fix: str) -> None:
         super().__init__(f"{problem}; {fix}")
         self.problem, self.fix = problem, fix

@@ -1,6 +1,7 @@
 """Every exit is a message: how `thinkrl COMMAND` ends when something goes wrong.
 
-    a user mistake (SetupError, or a ValueError raised by thinkrl's own checks)
+    a user mistake (UserError: thinkrl's checks of config, data, files,
+    installation and checkpoints raise it, SetupError included)
         "thinkrl: error: <problem; fix>"                                   exit 2
     a guard stopped the run (RunStopped, FloatingPointError)
         "thinkrl: training stopped: <why, what is kept>" + resume line      exit 1
@@ -11,12 +12,13 @@
     Ctrl-C
         what is kept on disk + the exact command that resumes              exit 130
     anything else: a bug in thinkrl
-        one line naming it as a bug; the traceback goes to <run dir>/error.log exit 1
+        one line naming it as a bug; the traceback goes to <run dir>/error.log,
+        then the resume line                                               exit 1
 
-A ValueError counts as the user's only when thinkrl raised it itself (the
-innermost frame of its traceback is in the thinkrl package): one raised
-inside torch or the standard library is an internal error, and reporting it
-as a config mistake sent users hunting for a typo that was not theirs.
+Only a UserError is the user's. A ValueError raised anywhere else (inside
+torch, the standard library, or an invariant of thinkrl's own) is a bug:
+reporting it as a config mistake sent users hunting for a typo that was not
+theirs, and left them without the line that resumes the run.
 """
 
 from __future__ import annotations
@@ -32,10 +34,9 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
-from thinkrl.errors import (DiskFull, RunStopped, SetupError, WorkerFailed, free_bytes, is_disk_full,
+from thinkrl.errors import (DiskFull, RunStopped, UserError, WorkerFailed, free_bytes, is_disk_full,
                             is_failed_write)
 
-_PACKAGE = Path(__file__).resolve().parent
 
 
 class Terminated(BaseException):
@@ -117,17 +118,13 @@ def run_command(function: Callable, args, *, argv: list[str], err=None) -> int:
         say(f"thinkrl: internal error: this is a bug in thinkrl, not in your config or data "
             f"({type(error).__name__}: {str(error)[:300]}). The traceback is in {log}; please "
             "report it with that file.")
+        say(resume_line(argv, last_locked_run_dir()))
         return 1
 
 
 def is_user_error(error: BaseException) -> bool:
-    """A SetupError, or a ValueError raised by thinkrl's own code."""
-    if isinstance(error, SetupError):
-        return True
-    if not isinstance(error, ValueError):
-        return False
-    frames = traceback.extract_tb(error.__traceback__)
-    return bool(frames) and Path(frames[-1].filename).resolve().is_relative_to(_PACKAGE)
+    """A UserError (SetupError and DamagedCheckpoint are ones): a mistake the message's fix resolves."""
+    return isinstance(error, UserError)
 
 
 def _written_in(error: BaseException, run_dir: Path | None) -> Path | None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from thinkrl.atomic import atomic_path
+from thinkrl.errors import UserError
 from thinkrl.records import SINGLE_TURN, Rollouts, Sample
 
 KINDS = ("train", "val")
@@ -113,7 +114,7 @@ def save_generations(run_dir: str | Path, kind: str, step: int,
     """Write `<run_dir>/generations/{kind}_step_{step}.jsonl` (replacing a file
     of the same step, e.g. after a resume) and return its path."""
     if kind not in KINDS:
-        raise ValueError(f"generations kind {kind!r}: use one of {', '.join(KINDS)}")
+        raise UserError(f"generations kind {kind!r}: use one of {', '.join(KINDS)}")
     path = Path(run_dir) / "generations" / f"{kind}_step_{step}.jsonl"
     return write_jsonl(path, generations, step=step)
 

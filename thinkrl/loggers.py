@@ -16,6 +16,8 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+from thinkrl.errors import UserError
+
 KNOWN_LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
 # logger name -> (module that must import, what to install)
 _BACKENDS = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb")}
@@ -54,7 +56,7 @@ def check_loggers(names: list[str]) -> None:
     """ValueError listing every problem of `trainer.logger` (see logger_problems)."""
     problems = logger_problems(names)
     if problems:
-        raise ValueError("trainer.logger: " + "; ".join(problems))
+        raise UserError("trainer.logger: " + "; ".join(problems))
 
 
 def open_sinks(names: list[str], *, run_dir: Path, config: dict[str, Any] | None,
@@ -102,7 +104,7 @@ class TensorBoardSink:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as err:  # present but broken, e.g. a version clash
-            raise ValueError(f"trainer.logger includes tensorboard but it cannot be imported "
+            raise UserError(f"trainer.logger includes tensorboard but it cannot be imported "
                              f"({err}): pip install tensorboard, or remove it from "
                              "trainer.logger") from err
         self.log_dir = log_dir

@@ -18,7 +18,7 @@ from pathlib import Path
 from torch import Tensor
 
 from thinkrl.checkpoint.store import kept_on_disk
-from thinkrl.errors import RunStopped
+from thinkrl.errors import RunStopped, UserError
 from thinkrl.rewards.scorer import ScoreResult
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ class ZeroRewardWatch:
 
     def __init__(self, warn_steps: int) -> None:
         if warn_steps < 0:
-            raise ValueError(f"reward.zero_reward_warn_steps={warn_steps}: use a step count >= 0 "
+            raise UserError(f"reward.zero_reward_warn_steps={warn_steps}: use a step count >= 0 "
                              "(0 never warns)")
         self.warn_steps = warn_steps
         self.streak = 0
@@ -71,10 +71,10 @@ class FailureBreaker:
 
     def __init__(self, max_failure_rate: float, window_steps: int) -> None:
         if not 0 < max_failure_rate <= 1:
-            raise ValueError(f"reward.max_failure_rate={max_failure_rate}: use a share in (0, 1], "
+            raise UserError(f"reward.max_failure_rate={max_failure_rate}: use a share in (0, 1], "
                              "e.g. 0.5 (1.0 never stops)")
         if window_steps < 1:
-            raise ValueError(f"reward.failure_window_steps={window_steps}: use a step count >= 1")
+            raise UserError(f"reward.failure_window_steps={window_steps}: use a step count >= 1")
         self.max_failure_rate = max_failure_rate
         self.window: deque[tuple[int, int, int, int]] = deque(maxlen=window_steps)
         """(errors, timeouts, unscored, responses) of the last steps."""

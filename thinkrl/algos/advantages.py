@@ -28,6 +28,7 @@ from torch import Tensor
 from thinkrl.algos.gae import AdvantageResult, gae_advantage
 from thinkrl.algos.whiten import masked_whiten
 from thinkrl.config.schema import AlgorithmConfig
+from thinkrl.errors import UserError
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
@@ -243,7 +244,7 @@ def grpo_passk_outcome_advantage(token_level_rewards: Tensor, response_mask: Ten
     for group in torch.unique(group_ids):
         rows = (group_ids == group).nonzero(as_tuple=True)[0]
         if rows.numel() < 2:
-            raise ValueError(f"grpo_passk needs at least 2 responses per prompt, group {int(group)} has "
+            raise UserError(f"grpo_passk needs at least 2 responses per prompt, group {int(group)} has "
                              f"{rows.numel()}; set actor_rollout_ref.rollout.n>=2")
         group_scores = scores[rows]
         top, top_index = torch.topk(group_scores, 2)
@@ -317,7 +318,7 @@ def get_advantage_estimator(name: str) -> Callable[..., Tensor | AdvantageResult
         return ADVANTAGE_ESTIMATORS[name]
     except KeyError:
         known = ", ".join(sorted(ADVANTAGE_ESTIMATORS))
-        raise ValueError(
+        raise UserError(
             f"Unknown advantage estimator {name!r}; set the advantage estimator to one of: {known}."
         ) from None
 

@@ -17,6 +17,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from thinkrl.errors import UserError
+
 __all__ = ["KL_ESTIMATORS", "get_kl_estimator", "kl_abs", "kl_k1", "kl_k2", "kl_k3"]
 
 KLEstimator = Callable[[Tensor, Tensor], Tensor]
@@ -65,4 +67,4 @@ def get_kl_estimator(name: str) -> KLEstimator:
         return KL_ESTIMATORS[name]
     except KeyError:
         known = ", ".join(KL_ESTIMATORS)
-        raise ValueError(f"Unknown KL estimator {name!r}; choose one of: {known}.") from None
+        raise UserError(f"Unknown KL estimator {name!r}; choose one of: {known}.") from None

@@ -17,6 +17,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from thinkrl.errors import UserError
+
 __all__ = [
     "LOSS_AGG_MODES",
     "LossScale",
@@ -94,7 +96,7 @@ def check_loss_agg_mode(mode: str) -> None:
     """Raise ``ValueError`` unless ``mode`` is a known loss aggregation mode."""
     if mode not in LOSS_AGG_MODES:
         known = ", ".join(LOSS_AGG_MODES)
-        raise ValueError(f"Unknown loss_agg_mode {mode!r}; set loss_agg_mode to one of: {known}.")
+        raise UserError(f"Unknown loss_agg_mode {mode!r}; set loss_agg_mode to one of: {known}.")
 
 
 def agg_loss(loss_mat: Tensor, loss_mask: Tensor, mode: str, scale: LossScale) -> Tensor:
@@ -171,7 +173,7 @@ def ppo_clip_policy_loss(
         clip binds) and ``actor/ppo_kl`` (k1 estimate of KL(pi_old || pi)).
     """
     if clip_ratio_c <= 1.0:
-        raise ValueError(
+        raise UserError(
             f"clip_ratio_c must be greater than 1 for the dual clip to bound anything, got {clip_ratio_c}; "
             "the usual value is 3.0."
         )

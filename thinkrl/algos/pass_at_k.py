@@ -9,6 +9,8 @@ from __future__ import annotations
 from math import comb
 from typing import Sequence
 
+from thinkrl.errors import UserError
+
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """The unbiased pass@k estimator (Chen et al. 2021, "Evaluating Large
@@ -27,7 +29,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if not 0 <= c <= n:
         raise ValueError(f"pass@k: {c} correct out of {n} samples is impossible")
     if not 1 <= k <= n:
-        raise ValueError(f"pass@{k} needs 1 <= k <= n, but n = {n} samples per prompt; "
+        raise UserError(f"pass@{k} needs 1 <= k <= n, but n = {n} samples per prompt; "
                          f"sample at least {k} (rollout.val_kwargs.n / --n) or lower k")
     if n - c < k:
         return 1.0
@@ -65,7 +67,7 @@ def best_at_k(scores: Sequence[float], k: int) -> float:
     """
     n = len(scores)
     if not 1 <= k <= n:
-        raise ValueError(f"best@{k} needs 1 <= k <= n, but there are {n} responses")
+        raise UserError(f"best@{k} needs 1 <= k <= n, but there are {n} responses")
     ordered = sorted(scores)
     total = comb(n, k)
     return sum(ordered[i - 1] * comb(i - 1, k - 1) for i in range(k, n + 1)) / total

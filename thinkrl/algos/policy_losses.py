@@ -34,6 +34,7 @@ from torch import Tensor
 
 from thinkrl.algos.losses import LossScale, agg_loss, masked_share, ppo_clip_policy_loss, weighted
 from thinkrl.config.schema import ActorConfig
+from thinkrl.errors import UserError
 
 __all__ = [
     "POLICY_LOSSES",
@@ -325,6 +326,6 @@ def build_policy_loss(cfg: ActorConfig) -> PolicyLossFn:
     ``fn(logprob, old_logprob, advantages, response_mask, scale=scale)``."""
     mode = cfg.policy_loss.loss_mode
     if mode not in POLICY_LOSSES:
-        raise ValueError(f"actor_rollout_ref.actor.policy_loss.loss_mode={mode} is unknown; "
+        raise UserError(f"actor_rollout_ref.actor.policy_loss.loss_mode={mode} is unknown; "
                          f"use one of: {', '.join(POLICY_LOSSES)}")
     return functools.partial(POLICY_LOSSES[mode], **_SETTINGS[mode](cfg))

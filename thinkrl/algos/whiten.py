@@ -8,6 +8,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from thinkrl.errors import UserError
+
 
 def masked_whiten(values: Tensor, mask: Tensor) -> Tensor:
     """(x - mu) / sqrt(var + 1e-8) over the masked entries of the whole batch.
@@ -20,7 +22,7 @@ def masked_whiten(values: Tensor, mask: Tensor) -> Tensor:
     mask = mask.float()
     count = mask.sum()
     if count < 2:
-        raise ValueError(f"whitening needs at least 2 response tokens in the batch, got {int(count)}; "
+        raise UserError(f"whitening needs at least 2 response tokens in the batch, got {int(count)}; "
                          "use a larger data.train_batch_size or rollout.n")
     mean = (values * mask).sum() / (count + 1e-8)
     var = ((values - mean) ** 2 * mask).sum() / (count + 1e-8) * count / (count - 1)

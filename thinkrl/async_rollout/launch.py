@@ -14,6 +14,7 @@ from thinkrl.async_rollout.stream import StreamArgs, StreamSchedule
 from thinkrl.async_rollout.streaming import StreamingRollout
 from thinkrl.config import Config
 from thinkrl.config.schema_async import partial_rollout_on
+from thinkrl.errors import UserError
 from thinkrl.models.vision import is_vision_model
 from thinkrl.parallel.device import resolve_device
 from thinkrl.run import Roles
@@ -58,7 +59,7 @@ def start_async_rollout(cfg: Config, spec: RankSpec, roles: Roles, draw: Draw, *
     the weights and the generator the training stream samples with."""
     asynchronous = cfg.async_training
     if is_vision_model(spec.model_path):
-        raise ValueError("async_training.mode: vision-language models are not supported by the "
+        raise UserError("async_training.mode: vision-language models are not supported by the "
                          "rollout process yet; set async_training.mode=off")
     on_cpu = resolve_device(spec.device or cfg.trainer.device).type == "cpu"
     trainer_threads, rollout_threads = thread_split(cfg) if on_cpu else (0, 0)

@@ -47,6 +47,7 @@ from thinkrl.async_rollout.loads import AttestedLoads
 from thinkrl.async_rollout.process import RolloutProcess
 from thinkrl.async_rollout.server import NO_VERSION, Generated
 from thinkrl.data.dataset import PromptLoader
+from thinkrl.errors import UserError
 from thinkrl.metrics import StageTimer
 from thinkrl.records import PromptBatch, Rollouts
 from thinkrl.rollout.base import SamplingParams
@@ -120,12 +121,12 @@ class AsyncRollout:
 
     def set_generator_state(self, state) -> None:
         if isinstance(state, dict) and "stream" in state:
-            raise ValueError("this checkpoint was saved with async_training.streaming=True: resume it "
+            raise UserError("this checkpoint was saved with async_training.streaming=True: resume it "
                              "with the async_training settings it was saved with")
         if isinstance(state, dict) and "sent_version" in state:  # this module's checkpoint
             self.load_queue_state(state)
         elif isinstance(state, dict):
-            raise ValueError("this async checkpoint was saved by a thinkrl whose checkpoints forced a "
+            raise UserError("this async checkpoint was saved by a thinkrl whose checkpoints forced a "
                              "weight sync; resume it with the thinkrl release it was saved with")
         else:  # a synchronous run's engine state: the first engine's
             state = state[0] if isinstance(state, list) else state

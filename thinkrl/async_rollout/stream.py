@@ -50,6 +50,7 @@ from torch import Tensor
 
 from thinkrl.async_rollout.server import NO_VERSION, Generated, right_padded
 from thinkrl.data.dataset import Prompt, PromptLoader, collate
+from thinkrl.errors import UserError
 from thinkrl.models.lean_decoder import lean_spec
 from thinkrl.records import FINISH_LENGTH, FINISH_STOP, PromptBatch, Rollouts
 from thinkrl.rollout.base import SamplingParams
@@ -122,7 +123,7 @@ class StreamEngine:
                  schedule: StreamSchedule, *, slots: int, partial: bool, seed: int) -> None:
         spec = lean_spec(engine.model)
         if spec is None:
-            raise ValueError("async_training.streaming: continuous batching covers plain "
+            raise UserError("async_training.streaming: continuous batching covers plain "
                              "Llama/Qwen2/Qwen3/Mistral decoders; this model is not one. Set "
                              "async_training.streaming=False")
         self.engine, self.loader, self.params, self.schedule = engine, loader, params, schedule

@@ -19,6 +19,7 @@ from torch import Tensor
 from thinkrl.async_rollout.server import NO_VERSION, Generated
 from thinkrl.async_rollout.stream import StreamEngine, Group, prompt_tokens
 from thinkrl.data.dataset import PromptLoader
+from thinkrl.errors import UserError
 from thinkrl.records import Rollouts
 
 _RUNNING = ""  # the reason of a response still being generated
@@ -56,7 +57,7 @@ def restore(engine: StreamEngine, state: dict, held_weights: dict[str, Tensor] |
         raise AssertionError(f"a snapshot of an engine serving version {state['version']} needs its weights")
     used = [int(s) for g in state["admitted"] for s in g["slots"]]
     if used and max(used) >= engine.slots:
-        raise ValueError(f"the checkpoint's rollout ran {max(used) + 1}+ slots, this run has "
+        raise UserError(f"the checkpoint's rollout ran {max(used) + 1}+ slots, this run has "
                          f"{engine.slots}: resume with the actor_rollout_ref.rollout.max_num_seqs "
                          "and data.train_batch_size it was saved with")
     redraw = Redraw(engine.loader)

@@ -20,6 +20,7 @@ from thinkrl.async_rollout.loads import AttestedLoads, check
 from thinkrl.async_rollout.process import RolloutProcess
 from thinkrl.async_rollout.server import Generated
 from thinkrl.async_rollout.stream import StreamSchedule
+from thinkrl.errors import UserError
 from thinkrl.records import PromptBatch, Rollouts
 from thinkrl.rollout.attest import Ledger, recording
 from thinkrl.rollout.base import SamplingParams
@@ -64,7 +65,7 @@ class StreamingRollout:
         applied and attested, then its unapplied loads sent again in order.
         Weights the snapshot left out are the trainer's, just restored."""
         if not (isinstance(state, dict) and "stream" in state and "sent_version" in state):
-            raise ValueError("this checkpoint was saved without async_training.streaming, or by a "
+            raise UserError("this checkpoint was saved without async_training.streaming, or by a "
                              "thinkrl whose streaming checkpoints forced a weight sync: resume it "
                              "with the async_training settings and thinkrl release it was saved with")
         stream = dict(state["stream"])

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from thinkrl.checkpoint.sharded import ACTOR_FILES, RoleFiles, _by_name, _load_dcp, is_sharded_checkpoint
+from thinkrl.errors import UserError
 from thinkrl.models.lora import ADAPTER_CONFIG, Lora
 from thinkrl.parallel.distributed import rank
 from thinkrl.parallel.fsdp import full_tensor, is_sharded
@@ -58,7 +59,7 @@ def load_adapter(model: torch.nn.Module, optimizer: torch.optim.Optimizer, lora:
     however `model` is sharded now; everything is read before anything changes."""
     key = "actor_rollout_ref.model" if files == ACTOR_FILES else "critic.model"
     if not is_adapter_checkpoint(folder, files):
-        raise ValueError(f"{folder} holds a fully fine-tuned {files.hf_dir}, not a LoRA adapter: resume it "
+        raise UserError(f"{folder} holds a fully fine-tuned {files.hf_dir}, not a LoRA adapter: resume it "
                          f"with {key}.lora_rank=0, or start a new LoRA run (another "
                          "trainer.default_local_dir), or start from its weights: export it and set "
                          f"{key}.path to the export")
@@ -93,7 +94,7 @@ def _check_same_adapter(lora: Lora, folder: Path, files: RoleFiles, key: str) ->
     changed = [f"{key} {was!r} -> {is_!r}" for key, (was, is_) in pairs.items()
                if (float(was) != float(is_) if key == "lora_alpha" else was != is_)]
     if changed:
-        raise ValueError(f"{folder}'s adapter was trained with other settings ({', '.join(changed)}); "
+        raise UserError(f"{folder}'s adapter was trained with other settings ({', '.join(changed)}); "
                          f"resume with the ones it was saved with ({key}.lora_rank, lora_alpha, "
                          "target_modules) or start a new run directory")
 
@@ -101,7 +102,7 @@ def _check_same_adapter(lora: Lora, folder: Path, files: RoleFiles, key: str) ->
 def refuse_adapter_checkpoint_for_full_run(folder: Path, files: RoleFiles = ACTOR_FILES) -> None:
     """A LoRA checkpoint cannot resume a run that trains every weight."""
     if is_adapter_checkpoint(folder, files):
-        raise ValueError(f"{folder} holds a LoRA adapter ({files.hf_dir}/{ADAPTER_CONFIG}), and this run "
+        raise UserError(f"{folder} holds a LoRA adapter ({files.hf_dir}/{ADAPTER_CONFIG}), and this run "
                          "trains every weight: resume it with the lora_rank it was saved with, or merge it "
                          "(`thinkrl export --merge`) and start from that folder")
 
@@ -113,10 +114,10 @@ def adapter_base(adapter_dir: Path, base: str | None = None) -> str:
 
     named = base or read_adapter_config(adapter_dir).get("base_model_name_or_path")
     if not named:
-        raise ValueError(f"{adapter_dir}/{ADAPTER_CONFIG} names no base model; pass --base FOLDER")
+        raise UserError(f"{adapter_dir}/{ADAPTER_CONFIG} names no base model; pass --base FOLDER")
     local = Path(named).expanduser()
     if not local.exists() and (named.startswith(("/", ".", "~")) or named.count("/") > 1):
-        raise ValueError(f"the base model {named} that {adapter_dir} was trained on is not there; "
+        raise UserError(f"the base model {named} that {adapter_dir} was trained on is not there; "
                          "pass --base with the base model's folder or hub id")
     return str(local.resolve()) if local.exists() else named
 

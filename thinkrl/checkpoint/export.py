@@ -26,6 +26,7 @@ from thinkrl.checkpoint.sharded import is_sharded_checkpoint, write_whole_weight
 from thinkrl.checkpoint.hf_weights import weight_files
 from thinkrl.checkpoint.sharded import ACTOR_DIR
 from thinkrl.checkpoint.store import fsync_dir, fsync_file, resolve_checkpoint
+from thinkrl.errors import UserError
 
 
 def export_checkpoint(checkpoint: str | Path, out: str | Path, *, merge: bool = False,
@@ -39,17 +40,17 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, *, merge: bool = 
     source = folder / ACTOR_DIR
     adapter = is_adapter_checkpoint(folder)
     if (merge or base) and not adapter:
-        raise ValueError(f"{folder} holds a fully trained model, not a LoRA adapter: export it "
+        raise UserError(f"{folder} holds a fully trained model, not a LoRA adapter: export it "
                          "without --merge/--base")
     if not adapter and not (source / "config.json").is_file():
-        raise ValueError(f"{folder}: no {ACTOR_DIR}/config.json; it was not written by "
+        raise UserError(f"{folder}: no {ACTOR_DIR}/config.json; it was not written by "
                          "thinkrl's checkpointing")
     sharded = is_sharded_checkpoint(folder) and not adapter  # an adapter is whole in actor/
     if not sharded and not adapter:
         weight_files(source)  # a clear error when the weights are missing
     out = Path(out).expanduser().resolve()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ValueError(f"--out {out} exists and is not an empty folder; choose a new path")
+        raise UserError(f"--out {out} exists and is not an empty folder; choose a new path")
     # Copy into a sibling and rename, so an interrupted export leaves no
     # folder that looks finished.
     tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import torch
 
+from thinkrl.errors import UserError
+
 
 def weight_files(folder: Path) -> list[Path]:
     """The safetensors files of a Hugging Face folder (one file, or the shards
@@ -18,7 +20,7 @@ def weight_files(folder: Path) -> list[Path]:
         return [folder / name for name in shards]
     single = folder / "model.safetensors"
     if not single.is_file():
-        raise ValueError(f"{folder}: no model.safetensors (nor an index of shards)")
+        raise UserError(f"{folder}: no model.safetensors (nor an index of shards)")
     return [single]
 
 
@@ -42,6 +44,6 @@ def copy_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor], folde
     loaded = {current[k].data_ptr() for k in tensors if k in current}
     untied = [k for k in missing if current[k].data_ptr() not in loaded]
     if untied or unexpected:
-        raise ValueError(f"{folder}: the saved weights do not match the model of this run "
+        raise UserError(f"{folder}: the saved weights do not match the model of this run "
                          f"(missing: {untied[:5]}, unexpected: {list(unexpected)[:5]}); was the "
                          "checkpoint made with another actor_rollout_ref.model.path?")

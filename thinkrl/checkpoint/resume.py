@@ -16,7 +16,7 @@ from thinkrl.checkpoint.store import (candidates_newest_first, complete_checkpoi
                                       resolve_checkpoint)
 from thinkrl.checkpoint.verify import newest_intact
 from thinkrl.config.schema import TrainerConfig
-from thinkrl.errors import SetupError
+from thinkrl.errors import SetupError, UserError
 
 
 def checkpoint_to_resume(trainer: TrainerConfig, run_dir: Path, *, log=print) -> Path | None:
@@ -31,7 +31,7 @@ def checkpoint_to_resume(trainer: TrainerConfig, run_dir: Path, *, log=print) ->
         try:
             folder = resolve_checkpoint(trainer.resume_from_path, log=log)
         except ValueError as err:
-            raise ValueError(f"trainer.resume_from_path={trainer.resume_from_path}: {err}") from None
+            raise UserError(f"trainer.resume_from_path={trainer.resume_from_path}: {err}") from None
         log(f"resuming from {folder} (trainer.resume_mode=resume_path)")
         return folder
     candidates = candidates_newest_first(run_dir, log=log)

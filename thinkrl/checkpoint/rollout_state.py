@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from thinkrl.errors import UserError
+
 OFF, ASYNC, STREAMING = "off", "async", "streaming"
 SETTINGS = {OFF: "async_training.mode=off",
             ASYNC: "async_training.mode=one_step_off or fully_async (async_training.streaming=False)",
@@ -51,6 +53,6 @@ def check_resumable(trainer_state: dict, cfg, folder: Path) -> None:
         return
     mode = cfg.async_training.mode
     this = f"async_training.mode={mode}" + (", streaming=True" if current == STREAMING else "")
-    raise ValueError(f"{folder}: its rollout state was saved by a run with {SETTINGS[saved]}, and this "
+    raise UserError(f"{folder}: its rollout state was saved by a run with {SETTINGS[saved]}, and this "
                      f"run has {this}: resume it with {SETTINGS[saved]}, or start a new run "
                      "(another trainer.default_local_dir, or trainer.resume_mode=disable)")

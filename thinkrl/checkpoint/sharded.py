@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from thinkrl.checkpoint.hf_weights import copy_weights, read_weights
+from thinkrl.errors import UserError
 
 ACTOR_DIR = "actor"
 DCP_DIR = "actor_dcp"
@@ -101,7 +102,7 @@ def _check_saved_weights(model_state: dict, saved: set[str], folder: Path,
     """ValueError unless the checkpoint holds every weight of `model_state`."""
     missing = sorted(name for name in model_state if f"model.{name}" not in saved)
     if missing:
-        raise ValueError(f"{folder / files.dcp_dir} lacks {len(missing)} weight(s) of the model "
+        raise UserError(f"{folder / files.dcp_dir} lacks {len(missing)} weight(s) of the model "
                          f"(first: {missing[0]}); the checkpoint is of another model or incomplete")
 
 

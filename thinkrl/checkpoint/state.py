@@ -46,7 +46,7 @@ from thinkrl.checkpoint.rollout_state import check_resumable, rollout_kind
 from thinkrl.checkpoint.sharded import ACTOR_DIR
 from thinkrl.checkpoint.store import MARKER, atomic_checkpoint, kept_on_disk, rotate, step_of
 from thinkrl.config.loading import config_to_dict
-from thinkrl.errors import RunStopped
+from thinkrl.errors import RunStopped, UserError
 from thinkrl.models.vision import copy_processor_files
 from thinkrl.run import Progress, Run
 
@@ -129,7 +129,7 @@ def load_checkpoint(run: Run, folder: Path, *, log=print) -> Progress:
     start = time.perf_counter()
     meta = json.loads((folder / MARKER).read_text())
     if meta.get("format") != FORMAT:
-        raise ValueError(f"{folder}: checkpoint format {meta.get('format')} is not the format "
+        raise UserError(f"{folder}: checkpoint format {meta.get('format')} is not the format "
                          f"{FORMAT} this thinkrl ({thinkrl_version()}) reads")
     _note_config_changes(run.spec.cfg, folder, meta, log=log)
     state = torch.load(folder / TRAINER_STATE_FILE, map_location="cpu", weights_only=True)

@@ -25,7 +25,7 @@ from typing import Iterator
 
 from thinkrl.atomic import atomic_write_text, fsync_dir, fsync_file
 from thinkrl.checkpoint.verify import FILES_KEY, MARKER, DamagedCheckpoint, file_digests, newest_intact, verify_checkpoint
-from thinkrl.errors import is_disk_full
+from thinkrl.errors import is_disk_full, UserError
 
 TRACKER = "latest_checkpointed_iteration.txt"
 _NAME = re.compile(r"^global_step_(\d+)$")
@@ -44,7 +44,7 @@ def is_complete(folder: Path) -> bool:
 def step_of(folder: Path) -> int:
     match = _NAME.match(folder.name)
     if match is None:
-        raise ValueError(f"{folder}: not a checkpoint folder (expected a name global_step_N)")
+        raise UserError(f"{folder}: not a checkpoint folder (expected a name global_step_N)")
     return int(match.group(1))
 
 
@@ -92,7 +92,7 @@ def resolve_checkpoint(path: str | Path, *, log=print) -> Path:
             raise DamagedCheckpoint(f"{err}; {_available(path.parent)}") from None
         return path
     if _NAME.match(path.name) and path.is_dir():
-        raise ValueError(f"{path} is an incomplete checkpoint (no {MARKER}: its save did not "
+        raise UserError(f"{path} is an incomplete checkpoint (no {MARKER}: its save did not "
                          f"finish); {_available(path.parent)}")
     if path.is_dir():
         candidates = candidates_newest_first(path, log=log)
@@ -102,9 +102,9 @@ def resolve_checkpoint(path: str | Path, *, log=print) -> Path:
         if candidates:
             raise DamagedCheckpoint(f"{path}: every checkpoint is damaged "
                                     f"({', '.join(p.name for p in candidates)}); see the warnings above")
-        raise ValueError(f"{path} holds no complete checkpoint (global_step_N folder with "
+        raise UserError(f"{path} holds no complete checkpoint (global_step_N folder with "
                          f"{MARKER}); save one with trainer.save_freq > 0")
-    raise ValueError(f"checkpoint {path} does not exist; {_available(path.parent)}")
+    raise UserError(f"checkpoint {path} does not exist; {_available(path.parent)}")
 
 
 def _available(run_dir: Path) -> str:

@@ -38,6 +38,9 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from thinkrl.errors import UserError
+
+
 MARKER = "meta.json"  # thinkrl.checkpoint.store writes it last; it marks a complete save
 FILES_KEY = "files"
 _CHUNK = 8 * 2**20
@@ -45,7 +48,7 @@ PIECE_BYTES = 2**30
 """A file larger than this is hashed (and listed) as pieces of this size."""
 
 
-class DamagedCheckpoint(ValueError):
+class DamagedCheckpoint(UserError):
     """A checkpoint folder that fails verification; the message names the
     folder, the file and what is wrong with it."""
 

@@ -7,6 +7,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable
 
+from thinkrl.errors import UserError
+
 
 def recipe_path(name_or_path: str) -> Path:
     """A recipe file, or the name of a built-in one (`tiny`)."""
@@ -17,7 +19,7 @@ def recipe_path(name_or_path: str) -> Path:
     builtin = recipes / f"{name_or_path}.yaml"
     if not builtin.is_file():
         known = sorted(p.name[:-5] for p in recipes.iterdir() if p.name.endswith(".yaml"))
-        raise ValueError(f"--config {name_or_path}: no such file, and no built-in recipe of that "
+        raise UserError(f"--config {name_or_path}: no such file, and no built-in recipe of that "
                          f"name (built-in: {', '.join(known)})")
     return Path(str(builtin))
 

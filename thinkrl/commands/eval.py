@@ -24,6 +24,7 @@ from pathlib import Path
 
 from thinkrl.commands.common import command_parser, console_log, recipe_path
 from thinkrl.data.templates import TEMPLATES
+from thinkrl.errors import UserError
 
 
 def add_parser(sub) -> None:
@@ -96,19 +97,19 @@ def check_eval_config(cfg) -> None:
     val = cfg.actor_rollout_ref.rollout.val_kwargs
     response_length = cfg.actor_rollout_ref.rollout.response_length or cfg.data.max_response_length
     if val.n < 1:
-        raise ValueError(f"--n / rollout.val_kwargs.n={val.n}: must be >= 1")
+        raise UserError(f"--n / rollout.val_kwargs.n={val.n}: must be >= 1")
     greedy = not val.do_sample or val.temperature == 0
     if val.n > 1 and greedy:
-        raise ValueError(f"--n {val.n} with greedy decoding gives {val.n} identical responses "
+        raise UserError(f"--n {val.n} with greedy decoding gives {val.n} identical responses "
                          "(and a meaningless pass@k); sample with --temperature 1.0 (or "
                          "rollout.val_kwargs.do_sample=True rollout.val_kwargs.temperature=...)")
     if not 0 < val.top_p <= 1:
-        raise ValueError(f"--top-p / rollout.val_kwargs.top_p={val.top_p}: must be in (0, 1]")
+        raise UserError(f"--top-p / rollout.val_kwargs.top_p={val.top_p}: must be in (0, 1]")
     if response_length < 1:
-        raise ValueError(f"--max-new-tokens / rollout.response_length={response_length}: "
+        raise UserError(f"--max-new-tokens / rollout.response_length={response_length}: "
                          "must be >= 1")
     if cfg.data.val_batch_size is not None and cfg.data.val_batch_size < 1:
-        raise ValueError(f"--batch-size / data.val_batch_size={cfg.data.val_batch_size}: "
+        raise UserError(f"--batch-size / data.val_batch_size={cfg.data.val_batch_size}: "
                          "must be >= 1")
 
 
@@ -233,7 +234,7 @@ def fit_response_length(cfg, sizes, config, *, longest: int, model_path: str, lo
             f"max_position_embeddings {limit} minus the longest prompt ({longest} tokens); "
             "--max-new-tokens sets another limit")
     if longest + sizes.response_length > limit:
-        raise ValueError(f"the longest prompt ({longest} tokens) + --max-new-tokens "
+        raise UserError(f"the longest prompt ({longest} tokens) + --max-new-tokens "
                          f"{sizes.response_length} exceed the model's max_position_embeddings "
                          f"{limit} ({model_path}); lower --max-new-tokens")
     return sizes
@@ -254,7 +255,7 @@ def model_folder(path: str, *, log=print) -> str:
     local = Path(path).expanduser()
     if not local.exists():
         if path.startswith(("/", ".", "~")) or path.count("/") > 1:
-            raise ValueError(f"--model {path}: no such folder. Give a Hugging Face model folder, "
+            raise UserError(f"--model {path}: no such folder. Give a Hugging Face model folder, "
                              "a checkpoint folder (global_step_N), a run directory, a hub id "
                              "or builtin:tiny-qwen2.")
         return path  # a hub id: transformers fetches it (or says why it cannot)
@@ -272,7 +273,7 @@ def model_folder(path: str, *, log=print) -> str:
     try:
         checkpoint = resolve_checkpoint(local, log=log)
     except ValueError as err:
-        raise ValueError(f"--model {local.resolve()}: not a Hugging Face model folder (no "
+        raise UserError(f"--model {local.resolve()}: not a Hugging Face model folder (no "
                          f"config.json), and not a checkpoint or run directory: {err}") from None
     log(f"--model {local}: the weights of checkpoint {checkpoint.name}")
     adapter = is_adapter_checkpoint(checkpoint)

@@ -38,6 +38,7 @@ import argparse
 from thinkrl.commands.common import command_parser
 from thinkrl.data.prep import SOURCES
 from thinkrl.data.templates import TEMPLATES
+from thinkrl.errors import UserError
 
 DEFAULT_TOKENIZER = "builtin:tiny-qwen2"
 GYM = "reasoning-gym"
@@ -90,16 +91,16 @@ def run(args) -> int:
     from thinkrl.data.prep import PrepRequest, generic, prepare
 
     if args.show < 0:
-        raise ValueError(f"--show {args.show}: give a count >= 0")
+        raise UserError(f"--show {args.show}: give a count >= 0")
     if args.mindspeed_config:
         return _run_mindspeed(args)
     if args.source in (GYM, ARENA):
         return _run_generated(args)
     if args.source is None:
-        raise ValueError("thinkrl prep needs a SOURCE (" + ", ".join(SOURCES) + ") or "
+        raise UserError("thinkrl prep needs a SOURCE (" + ", ".join(SOURCES) + ") or "
                          "--mindspeed-config FILE")
     if args.output is None:
-        raise ValueError(f"thinkrl prep {args.source} needs --output DIR")
+        raise UserError(f"thinkrl prep {args.source} needs --output DIR")
     fields = None
     if args.question_field or args.answer_field:
         default = generic.FieldNames()
@@ -125,11 +126,11 @@ def _run_generated(args) -> int:
 
     wanted = "--tasks T1,T2" if args.source == GYM else "--games G1,G2"
     if args.input:
-        raise ValueError(f"thinkrl prep {args.source} generates its rows itself; drop --input")
+        raise UserError(f"thinkrl prep {args.source} generates its rows itself; drop --input")
     if args.output is None or (args.tasks if args.source == GYM else args.games) is None:
-        raise ValueError(f"thinkrl prep {args.source} needs {wanted} and --output DIR")
+        raise UserError(f"thinkrl prep {args.source} needs {wanted} and --output DIR")
     if args.template != "chat":
-        raise ValueError(f"--template {args.template}: {args.source} rows are written for the chat "
+        raise UserError(f"--template {args.template}: {args.source} rows are written for the chat "
                          "template; drop --template")
     if args.source == GYM:
         from thinkrl.data.prep import reasoning_gym as gym
@@ -142,7 +143,7 @@ def _run_generated(args) -> int:
         from thinkrl.data.prep import textarena as arena
 
         if args.config or args.shots:
-            raise ValueError("--config and --shots are for reasoning-gym; a textarena game is set by its id")
+            raise UserError("--config and --shots are for reasoning-gym; a textarena game is set by its id")
         names = arena.parse_games(args.games)
         rows = arena.generate(names, size=args.size, test_size=args.test_size, seed=args.seed)
     written = write_splits(rows, output=args.output, overwrite=args.overwrite)
@@ -160,7 +161,7 @@ def _run_mindspeed(args) -> int:
     from thinkrl.data.prep.mindspeed import read_dataset_config
 
     if args.source or args.input or args.split or args.question_field or args.answer_field:
-        raise ValueError("--mindspeed-config gives the source, input, split and fields itself; "
+        raise UserError("--mindspeed-config gives the source, input, split and fields itself; "
                          "drop SOURCE/--input/--split/--question-field/--answer-field "
                          "(--output, --show and --tokenizer still apply)")
     dataset = read_dataset_config(args.mindspeed_config)

@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from thinkrl.commands.common import command_parser
+from thinkrl.errors import UserError
 
 
 def add_parser(sub) -> None:
@@ -42,7 +43,7 @@ def run(args) -> int:
 
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="thinkrl-rehearse-"))
     if workdir.exists() and any(workdir.iterdir()):
-        raise ValueError(f"--workdir {workdir} is not empty: give a new or empty folder "
+        raise UserError(f"--workdir {workdir} is not empty: give a new or empty folder "
                          "(a rehearsal starts from nothing)")
     log = console_log()
     log(f"rehearsal work folder: {workdir}")

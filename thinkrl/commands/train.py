@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from thinkrl.commands.common import command_parser, console_log, load_run_config
+from thinkrl.errors import UserError
 
 
 def add_parser(sub) -> None:
@@ -78,7 +79,7 @@ def preflight(cfg, *, log, extra: list = ()) -> None:
         f"({time.perf_counter() - start:.1f} s; `thinkrl doctor` shows them all)")
     if has_failure(results):
         failed = sum(r.status == "fail" for r in results)
-        raise ValueError(f"`thinkrl doctor` found {failed} problem(s) that would stop this run:\n"
+        raise UserError(f"`thinkrl doctor` found {failed} problem(s) that would stop this run:\n"
                          f"{listing(results)}\nFix them, or pass --skip-doctor (from Python: doctor=False) to start anyway.")
     if results:
         log("doctor:\n" + listing(results))

@@ -25,6 +25,7 @@ from thinkrl.config.multi_turn_checks import multi_turn_problems
 from thinkrl.config.schema import Config
 from thinkrl.config.sizes import DerivedSizes, derive_sizes, micro_size
 from thinkrl.config.verifier_checks import reward_verifier_problems
+from thinkrl.errors import UserError
 from thinkrl.loggers import unknown_loggers
 
 __all__ = ["DerivedSizes", "execution_backend", "validate"]
@@ -165,7 +166,7 @@ def validate(cfg: Config) -> DerivedSizes:
         _check_divisibility(cfg, problems)
     if problems:
         count = f"{len(problems)} problem{'s' if len(problems) > 1 else ''}"
-        raise ValueError(f"the config has {count}:\n" + "\n".join(problems))
+        raise UserError(f"the config has {count}:\n" + "\n".join(problems))
     return derive_sizes(cfg)
 
 

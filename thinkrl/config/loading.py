@@ -32,6 +32,7 @@ from thinkrl.config.schema import Config
 from thinkrl.config.verl_async import apply_verl_async_aliases
 from thinkrl.config.values import (INTERPOLATION, INVALID, coerce, has_interpolation,
                                    is_dataclass_type, is_dict_type, type_text)
+from thinkrl.errors import UserError
 
 __all__ = ["config_to_dict", "flatten_keys", "load_config"]
 
@@ -107,7 +108,7 @@ def _find_recipe(recipe: str | Path) -> Path:
         return builtin
     names = sorted(p.stem for p in _RECIPES_DIR.glob("*.yaml"))
     listing = ", ".join(names) if names else "none"
-    raise ValueError(
+    raise UserError(
         f"recipe file {str(path)!r} does not exist (looked in {Path.cwd()}); give the path "
         f"of a YAML file, or the name of a bundled recipe (bundled: {listing})."
     )
@@ -117,13 +118,13 @@ def _read_yaml(path: Path) -> Mapping[str, Any]:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as err:
-        raise ValueError(f"recipe file {str(path)!r} is not valid YAML: {err}") from None
+        raise UserError(f"recipe file {str(path)!r} is not valid YAML: {err}") from None
     except (OSError, UnicodeDecodeError) as err:
-        raise ValueError(f"recipe file {str(path)!r} could not be read: {err}") from None
+        raise UserError(f"recipe file {str(path)!r} could not be read: {err}") from None
     if data is None:
         return {}
     if not isinstance(data, Mapping):
-        raise ValueError(
+        raise UserError(
             f"recipe file {str(path)!r} must hold a mapping of keys (e.g. 'data:\\n  train_batch_size: 8'), "
             f"not a {type(data).__name__}."
         )
@@ -139,8 +140,8 @@ def _apply_override(cfg: Config, override: str) -> list[str]:
     key = key.strip()
     if not sep or not key:
         if text.startswith("~"):
-            raise ValueError(f"override {override!r}: removing keys ('~key') is not supported; set the key instead.")
-        raise ValueError(
+            raise UserError(f"override {override!r}: removing keys ('~key') is not supported; set the key instead.")
+        raise UserError(
             f"override {override!r} is malformed: write KEY=VALUE with a dotted key, e.g. "
             f"data.train_batch_size=8, or +KEY=VALUE to add a key inside a mapping, e.g. "
             f"+actor_rollout_ref.rollout.engine_kwargs.vllm.swap_space=4."
@@ -157,7 +158,7 @@ def _merge_mapping(cfg: Config, prefix: str, mapping: Mapping[Any, Any], *, sour
     """Apply each entry of ``mapping`` (nested or with dotted keys) below ``prefix``."""
     for sub, value in mapping.items():
         if not isinstance(sub, str) or not sub:
-            raise ValueError(f"{source}: key {sub!r} under {prefix or 'the top level'!r} must be a non-empty string.")
+            raise UserError(f"{source}: key {sub!r} under {prefix or 'the top level'!r} must be a non-empty string.")
         key = f"{prefix}.{sub}" if prefix else sub
         _assign(cfg, key, value, None, add=True, replace=False, source=source)
 
@@ -168,7 +169,7 @@ def _assign(cfg: Config, key: str, value: Any, raw: str | None, *, add: bool, re
     """Set dotted ``key`` on ``cfg``; ``raw`` is the command-line text (None from YAML)."""
     parts = key.split(".")
     if not all(parts):
-        raise ValueError(f"{source}: key {key!r} has an empty part; write keys like data.train_batch_size.")
+        raise UserError(f"{source}: key {key!r} has an empty part; write keys like data.train_batch_size.")
     node: Any = cfg
     for i, part in enumerate(parts):
         path = ".".join(parts[: i + 1])
@@ -176,7 +177,7 @@ def _assign(cfg: Config, key: str, value: Any, raw: str | None, *, add: bool, re
         if dataclasses.is_dataclass(node):
             hints = _hints(type(node))
             if part not in hints:
-                raise ValueError(f"{source}: unknown config key {key!r}; {_did_you_mean(key)}")
+                raise UserError(f"{source}: unknown config key {key!r}; {_did_you_mean(key)}")
             tp = hints[part]
             if is_dataclass_type(tp):
                 if not last:
@@ -186,7 +187,7 @@ def _assign(cfg: Config, key: str, value: Any, raw: str | None, *, add: bool, re
                     return  # an empty section in a recipe file
                 if not isinstance(value, Mapping):
                     first = flatten_keys(tp)[0]
-                    raise ValueError(
+                    raise UserError(
                         f"{source}: {path} is a section, not a value; set its keys, e.g. {path}.{first}=..."
                     )
                 _merge_mapping(cfg, path, value, source=source)
@@ -195,7 +196,7 @@ def _assign(cfg: Config, key: str, value: Any, raw: str | None, *, add: bool, re
                 _set_field(node, part, tp, value, raw, key=path, replace=replace, source=source)
                 return
             if not is_dict_type(tp):
-                raise ValueError(
+                raise UserError(
                     f"{source}: {path} is a single value ({type_text(tp)}), so it has no key "
                     f"{parts[i + 1]!r}; did you mean {path}=...?"
                 )
@@ -204,7 +205,7 @@ def _assign(cfg: Config, key: str, value: Any, raw: str | None, *, add: bool, re
         # Inside a free-form mapping field.
         if part not in node and not add:
             known = ", ".join(map(str, node)) or "none yet"
-            raise ValueError(
+            raise UserError(
                 f"{source}: {path} does not exist (existing keys under {path.rpartition('.')[0]}: {known}); "
                 f"write +{key}=... to add it."
             )
@@ -215,7 +216,7 @@ def _assign(cfg: Config, key: str, value: Any, raw: str | None, *, add: bool, re
                 node[part] = copy.deepcopy(value)
             return
         if not isinstance(node.setdefault(part, {}), dict):
-            raise ValueError(f"{source}: {path} holds {node[part]!r}, not a mapping; it has no key {parts[i + 1]!r}.")
+            raise UserError(f"{source}: {path} holds {node[part]!r}, not a mapping; it has no key {parts[i + 1]!r}.")
         node = node[part]
 
 
@@ -290,13 +291,13 @@ def _resolve_key(cfg: Config, key: str, stack: tuple[str, ...]) -> Any:
         owner, node = node, getattr(node, part)
     if node is INVALID or dataclasses.is_dataclass(node):
         where = f" (in {stack[-1]})" if stack else ""
-        raise ValueError(f"${{{key}}}{where} does not name a config value; {_did_you_mean(key)}")
+        raise UserError(f"${{{key}}}{where} does not name a config value; {_did_you_mean(key)}")
     name = key.rsplit(".", 1)[-1]
     if not has_interpolation(node):
         return node
     if key in stack:
         chain = " -> ".join((*stack[stack.index(key) :], key))
-        raise ValueError(f"config references form a loop: {chain}; make one of them a plain value.")
+        raise UserError(f"config references form a loop: {chain}; make one of them a plain value.")
     resolved = _interpolate(cfg, node, (*stack, key))
     tp, example = _hints(type(owner))[name], _field_default(type(owner), name)
     typed = coerce(resolved, None, tp, key=key, example=example, source=f"after resolving {node!r}")
@@ -313,7 +314,7 @@ def _interpolate(cfg: Config, value: Any, stack: tuple[str, ...]) -> Any:
         return value
     for ref in INTERPOLATION.findall(value):
         if ":" in ref or not ref.strip():
-            raise ValueError(
+            raise UserError(
                 f"{stack[-1]}: '${{{ref}}}' is not supported; only references to other keys, "
                 f"like ${{trainer.project_name}}, are."
             )
@@ -322,5 +323,5 @@ def _interpolate(cfg: Config, value: Any, stack: tuple[str, ...]) -> Any:
         return _resolve_key(cfg, whole.group(1).strip(), stack)
     text = INTERPOLATION.sub(lambda m: str(_resolve_key(cfg, m.group(1).strip(), stack)), value)
     if "${" in text:
-        raise ValueError(f"{stack[-1]}: could not resolve {value!r}; write references as ${{section.key}}.")
+        raise UserError(f"{stack[-1]}: could not resolve {value!r}; write references as ${{section.key}}.")
     return text

@@ -27,6 +27,7 @@ from typing import Any, Mapping
 import yaml
 
 from thinkrl.config.mindspeed_rules import DEFAULTS, RULES, Row, Source, data_parquet
+from thinkrl.errors import UserError
 
 SECTIONS = tuple(RULES)
 """MindSpeed-RL's top-level sections, in file order."""
@@ -117,7 +118,7 @@ def translate_file(path: str | Path) -> Translation:
     path = Path(path).expanduser()
     raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     if not looks_like_mindspeed(raw):
-        raise ValueError(f"{path} is not a MindSpeed-RL config (no {', '.join(SECTIONS)} section)")
+        raise UserError(f"{path} is not a MindSpeed-RL config (no {', '.join(SECTIONS)} section)")
     rows: list[Row] = []
     problems: list[str] = []
     models = _read_defaults(path, raw.get("defaults"), rows)
@@ -141,7 +142,7 @@ def translate_file(path: str | Path) -> Translation:
             row = RULES[section][key](dotted, value, source)
             rows.append(replace(row, key=f"{dotted} (default)"))
     if problems:
-        raise ValueError(f"{path}: {len(problems)} key(s) thinkrl cannot translate:\n"
+        raise UserError(f"{path}: {len(problems)} key(s) thinkrl cannot translate:\n"
                          + "\n".join(f"  - {p}" for p in problems))
     return Translation(path=path, rows=tuple(rows),
                        data_path=source.get("megatron_training.data_path"))
@@ -171,14 +172,14 @@ def _read_defaults(path: Path, defaults: Any, rows: list[Row]) -> list[str]:
     names: list[str] = []
     for entry in defaults or []:
         if not isinstance(entry, Mapping) or set(entry) != {"model"}:
-            raise ValueError(f"{path}: defaults entry {entry!r}: thinkrl reads `- model: [name]` "
+            raise UserError(f"{path}: defaults entry {entry!r}: thinkrl reads `- model: [name]` "
                              "entries (model/<name>.yaml next to the file)")
         listed = entry["model"] if isinstance(entry["model"], list) else [entry["model"]]
         names.extend(str(n) for n in listed)
     for name in names:
         model_file = path.parent / "model" / f"{name}.yaml"
         if not model_file.is_file():
-            raise ValueError(f"{path}: defaults names model {name!r}, but {model_file} does not "
+            raise UserError(f"{path}: defaults names model {name!r}, but {model_file} does not "
                              "exist; MindSpeed-RL keeps it in configs/model/ next to the config")
         rows.append(Row("defaults.model", name, {}, f"reads {model_file.name}: the architecture"))
         spec = (yaml.safe_load(model_file.read_text(encoding="utf-8")) or {}).get(name) or {}

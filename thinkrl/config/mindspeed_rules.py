@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from thinkrl.errors import UserError
+
 _ARR = "actor_rollout_ref"
 NPUS_PER_NODE = 8
 """Ascend servers hold 8 NPUs; larger `num_npus` span several nodes."""
@@ -126,7 +128,7 @@ def _split(key: str, value: Any, src: Source) -> Row:
 
 def _stage(key: str, value: Any, src: Source) -> Row:
     if value != "ray_grpo":
-        raise ValueError(f"megatron_training.stage={value}: thinkrl translates GRPO recipes "
+        raise UserError(f"megatron_training.stage={value}: thinkrl translates GRPO recipes "
                          "(stage: ray_grpo) only")
     return Row(key, value, {"algorithm.adv_estimator": "grpo"}, "GRPO")
 
@@ -140,7 +142,7 @@ def _dropout(key: str, value: Any, src: Source) -> Row:
 
 def _lr_style(key: str, value: Any, src: Source) -> Row:
     if value not in ("constant", "cosine"):
-        raise ValueError(f"actor_config.lr_decay_style={value}: thinkrl has constant and cosine "
+        raise UserError(f"actor_config.lr_decay_style={value}: thinkrl has constant and cosine "
                          "(actor_rollout_ref.actor.optim.warmup_style)")
     return Row(key, value, {f"{_ARR}.actor.optim.warmup_style": value})
 
@@ -177,14 +179,14 @@ def _kl_coef(key: str, value: Any, src: Source) -> Row:
 
 def _kl_ctrl(key: str, value: Any, src: Source) -> Row:
     if value != "fixed":
-        raise ValueError(f"rl_config.kl_ctrl_type={value}: thinkrl's KL loss coefficient is "
+        raise UserError(f"rl_config.kl_ctrl_type={value}: thinkrl's KL loss coefficient is "
                          "fixed; use kl_ctrl_type: fixed")
     return Row(key, value, {}, "the KL loss coefficient is fixed in thinkrl")
 
 
 def _adv(key: str, value: Any, src: Source) -> Row:
     if value != "group_norm":
-        raise ValueError(f"rl_config.adv_estimator={value}: thinkrl's GRPO is group_norm")
+        raise UserError(f"rl_config.adv_estimator={value}: thinkrl's GRPO is group_norm")
     return Row(key, value, {"algorithm.adv_estimator": "grpo",
                             "algorithm.norm_adv_by_std_in_grpo": True,
                             f"{_ARR}.actor.loss_agg_mode": "token-mean"},
@@ -222,7 +224,7 @@ def _resources(key: str, value: Any, src: Source) -> Row:
     npus = int((value or {}).get("num_npus") or 1)
     nodes = max(1, -(-npus // NPUS_PER_NODE))
     if npus % nodes:
-        raise ValueError(f"{key}.num_npus={npus}: spread over {nodes} nodes of {NPUS_PER_NODE} "
+        raise UserError(f"{key}.num_npus={npus}: spread over {nodes} nodes of {NPUS_PER_NODE} "
                          "that is uneven; use a multiple of 8 above 8")
     return Row(key, value, {"trainer.n_gpus_per_node": npus // nodes, "trainer.nnodes": nodes,
                             "trainer.device": "npu"},

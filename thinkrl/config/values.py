@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from thinkrl.errors import UserError
+
 INTERPOLATION = re.compile(r"\$\{([^${}]*)\}")
 NULLS = frozenset({"null", "Null", "NULL", "None", "~"})
 BOOL_TEXT = {"true": True, "false": False, "1": True, "0": False}
@@ -26,7 +28,7 @@ def coerce(value: Any, raw: str | None, tp: Any, *, key: str, example: Any, sour
     converted = convert(value, raw, tp)
     if converted is INVALID:
         shown = raw if raw is not None else render(value)
-        raise ValueError(
+        raise UserError(
             f"{source}: {key} expects {type_text(tp)}, got {shown!r}; e.g. {key}={render_example(tp, example)}"
         )
     return converted

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from thinkrl.config.schema import Config
+from thinkrl.errors import UserError
 
 ARR = "actor_rollout_ref"
 
@@ -31,7 +32,7 @@ def apply_verl_async_aliases(cfg: Config, *, given: Mapping[str, int] | None = N
         at_alias, at_other = given.get(alias_key, 2), given.get(key, 0)
         current = getattr(target, field)
         if at_other == at_alias and current != value:
-            raise ValueError(f"{alias_key}{how} gives {key}={value!r}, but {key}={current!r} is set too: "
+            raise UserError(f"{alias_key}{how} gives {key}={value!r}, but {key}={current!r} is set too: "
                              "keep one of them")
         if at_other <= at_alias:
             setattr(target, field, value)
@@ -45,7 +46,7 @@ def apply_verl_async_aliases(cfg: Config, *, given: Mapping[str, int] | None = N
     if top.total_rollout_steps is not None:
         per_step = cfg.data.train_batch_size
         if per_step <= 0:
-            raise ValueError(f"rollout.total_rollout_steps={top.total_rollout_steps} counts prompts; "
+            raise UserError(f"rollout.total_rollout_steps={top.total_rollout_steps} counts prompts; "
                              "set data.train_batch_size (async_training.require_batches x "
                              f"{ARR}.actor.ppo_mini_batch_size) to turn it into training steps")
         _alias(top, "total_rollout_steps", trainer, "total_training_steps", "trainer.total_training_steps",

@@ -13,6 +13,7 @@ import torch
 from thinkrl.data.files import read_rows, resolve_files
 from thinkrl.data.images import ImageEncoder, RowImages, row_images
 from thinkrl.data.templates import TEMPLATES, render_prompt
+from thinkrl.errors import UserError
 from thinkrl.records import ModelInputs, PromptBatch, Sample
 
 
@@ -43,7 +44,7 @@ def load_prompts(files: str | list[str], tokenizer, *, key: str, prompt_key: str
     images (column `media_keys[0]`) need `images`, the model's encoder; the
     vision tokens count towards max_prompt_length."""
     if template not in TEMPLATES:  # before reading any file
-        raise ValueError(f"{key}: unknown prompt template {template!r}; known templates: "
+        raise UserError(f"{key}: unknown prompt template {template!r}; known templates: "
                          f"{', '.join(TEMPLATES)}")
     prompts: list[Prompt] = []
     too_long: list[tuple[int, Path, int]] = []
@@ -59,14 +60,14 @@ def load_prompts(files: str | list[str], tokenizer, *, key: str, prompt_key: str
                 else:
                     ids = images.prompt_ids(text, pictures.open())
             except ValueError as err:
-                raise ValueError(f"{key}: {path}, row {index}: {err}") from None
+                raise UserError(f"{key}: {path}, row {index}: {err}") from None
             if len(ids) > max_prompt_length:
                 too_long.append((len(ids), path, index))
                 if filter_overlong:
                     continue
                 if truncation != "error":
                     if pictures is not None:  # a cut image would not match its pixels
-                        raise ValueError(
+                        raise UserError(
                             f"{key}: {path}, row {index}: the prompt with its image tokens has "
                             f"{len(ids)} tokens, over data.max_prompt_length={max_prompt_length}, "
                             "and image prompts cannot be truncated. Raise data.max_prompt_length, "
@@ -80,7 +81,7 @@ def load_prompts(files: str | list[str], tokenizer, *, key: str, prompt_key: str
             prompts.append(Prompt(ids=ids, sample=sample, images=pictures))
     if too_long and not filter_overlong and truncation == "error":
         longest, path, index = max(too_long)
-        raise ValueError(
+        raise UserError(
             f"{key}: {len(too_long)} prompt(s) are longer than data.max_prompt_length="
             f"{max_prompt_length} tokens after the template; the longest has {longest} tokens "
             f"({path}, row {index}). Raise data.max_prompt_length, set "
@@ -89,7 +90,7 @@ def load_prompts(files: str | list[str], tokenizer, *, key: str, prompt_key: str
         action = "dropped" if filter_overlong else f"truncated ({truncation})"
         log(f"{key}: {len(too_long)} prompt(s) over {max_prompt_length} tokens {action}")
     if not prompts:
-        raise ValueError(f"{key}: no prompt is left after filtering; raise data.max_prompt_length")
+        raise UserError(f"{key}: no prompt is left after filtering; raise data.max_prompt_length")
     return prompts
 
 
@@ -136,7 +137,7 @@ class PromptLoader:
     def __init__(self, prompts: list[Prompt], *, batch_size: int, shuffle: bool, seed: int,
                  pad_token_id: int) -> None:
         if len(prompts) < batch_size:
-            raise ValueError(f"the training set has {len(prompts)} prompts, fewer than "
+            raise UserError(f"the training set has {len(prompts)} prompts, fewer than "
                              f"data.train_batch_size={batch_size}; lower data.train_batch_size")
         self.prompts, self.batch_size, self.shuffle, self.seed = prompts, batch_size, shuffle, seed
         self.pad_token_id = pad_token_id
@@ -173,7 +174,7 @@ class PromptLoader:
 
     def load_state_dict(self, state: dict) -> None:
         if "cursor" in state:
-            raise ValueError("the checkpoint's data position was saved with data.mixture, which this run "
+            raise UserError("the checkpoint's data position was saved with data.mixture, which this run "
                              "does not set; resume with the same data.mixture, or set "
                              "trainer.resume_mode=disable")
         self.epoch, self.position = int(state["epoch"]), int(state["position"])

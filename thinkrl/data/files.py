@@ -12,7 +12,7 @@ import glob
 import os
 from pathlib import Path
 
-from thinkrl.errors import SetupError, nearest_files
+from thinkrl.errors import SetupError, nearest_files, UserError
 
 SUFFIXES = (".parquet",)
 
@@ -21,7 +21,7 @@ def resolve_files(spec: str | list[str], *, key: str) -> list[Path]:
     """A file, a directory (its *.parquet files), a glob, or a list of those."""
     specs = [spec] if isinstance(spec, str) else list(spec)
     if not specs:
-        raise ValueError(f"{key} is empty: give a parquet file, a directory or a glob")
+        raise UserError(f"{key} is empty: give a parquet file, a directory or a glob")
     found: list[Path] = []
     for item in specs:
         path = Path(os.path.expanduser(str(item)))
@@ -57,27 +57,27 @@ def read_rows(path: Path, *, prompt_key: str, reward_fn_key: str,
     import pyarrow.parquet as pq
 
     if path.suffix not in SUFFIXES:
-        raise ValueError(f"{path}: thinkrl reads parquet files in verl's schema; convert it "
+        raise UserError(f"{path}: thinkrl reads parquet files in verl's schema; convert it "
                          "first: `thinkrl prep SOURCE --input FILE --output DIR` (see "
                          "`thinkrl prep --help`)")
     try:
         table = pq.read_table(path)
     except Exception as err:  # pyarrow raises several types for a damaged file
-        raise ValueError(f"{path} is not a readable parquet file ({err}). "
+        raise UserError(f"{path} is not a readable parquet file ({err}). "
                          "Re-create it with your preprocessing script.") from None
     missing = [c for c in (prompt_key, reward_fn_key, "reward_model") if c not in table.column_names]
     if missing:
-        raise ValueError(f"{path} lacks the column(s) {missing}; it has {table.column_names}. "
+        raise UserError(f"{path} lacks the column(s) {missing}; it has {table.column_names}. "
                          "verl's schema needs the prompt (data.prompt_key), data_source "
                          "(data.reward_fn_key) and reward_model.ground_truth.")
     rows = table.to_pylist()
     if not rows:
-        raise ValueError(f"{path} has no rows: check the preprocessing that wrote it")
+        raise UserError(f"{path} has no rows: check the preprocessing that wrote it")
     for index, row in enumerate(rows):
         check_row(row, path=path, index=index, prompt_key=prompt_key, reward_fn_key=reward_fn_key)
         for media in media_keys:
             if row.get(media):  # training on the text alone would silently change the task
-                raise ValueError(
+                raise UserError(
                     f"{path}, row {index}, column {media!r} holds media that this run cannot "
                     "read: thinkrl trains on text prompts, and on image prompts with a "
                     "vision-language model (Qwen2.5-VL, Qwen2-VL); videos are not supported. "
@@ -91,12 +91,12 @@ def check_row(row: dict, *, path: Path, index: int, prompt_key: str, reward_fn_k
     if not isinstance(messages, list) or not messages or not all(
             isinstance(m, dict) and isinstance(m.get("content"), str) and m.get("role")
             for m in messages):
-        raise ValueError(f"{where}, column {prompt_key!r}: expected a list of chat messages "
+        raise UserError(f"{where}, column {prompt_key!r}: expected a list of chat messages "
                          f"like [{{'role': 'user', 'content': '...'}}], found {messages!r:.200}")
     if not isinstance(row.get(reward_fn_key), str):
-        raise ValueError(f"{where}, column {reward_fn_key!r}: expected a string naming the "
+        raise UserError(f"{where}, column {reward_fn_key!r}: expected a string naming the "
                          f"data source (e.g. 'openai/gsm8k'), found {row.get(reward_fn_key)!r}")
     reward = row.get("reward_model")
     if not isinstance(reward, dict) or reward.get("ground_truth") is None:
-        raise ValueError(f"{where}, column 'reward_model': expected "
+        raise UserError(f"{where}, column 'reward_model': expected "
                          f"{{'style': 'rule', 'ground_truth': ...}}, found {reward!r:.200}")

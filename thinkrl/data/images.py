@@ -27,6 +27,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from thinkrl.errors import UserError
+
 PLACEHOLDER = "<image>"
 VISION_SPAN = "<|vision_start|><|image_pad|><|vision_end|>"
 IMAGE_PAD = "<|image_pad|>"
@@ -82,7 +84,7 @@ class ImageEncoder:
         """Token ids of a rendered prompt whose `<image>` marks stand for `images`."""
         spans = text.count(PLACEHOLDER)
         if spans != len(images):
-            raise ValueError(f"the prompt has {spans} {PLACEHOLDER} mark(s) but the row has "
+            raise UserError(f"the prompt has {spans} {PLACEHOLDER} mark(s) but the row has "
                              f"{len(images)} image(s); put one {PLACEHOLDER} where each image goes")
         text = text.replace(PLACEHOLDER, VISION_SPAN)
         if self.processor is not None:
@@ -141,10 +143,10 @@ def open_image(value, *, where: str):
         elif isinstance(value, (str, Path)):
             image = Image.open(Path(str(value).removeprefix("file://")).expanduser())
         else:
-            raise ValueError(f"expected bytes or a path, found {type(value).__name__}")
+            raise UserError(f"expected bytes or a path, found {type(value).__name__}")
         return image.convert("RGB")
     except (OSError, ValueError) as err:
-        raise ValueError(f"{where}: an image does not open ({err}); images are "
+        raise UserError(f"{where}: an image does not open ({err}); images are "
                          "{'bytes': ...} or {'path': ...} cells, or paths") from None
 
 
@@ -153,7 +155,7 @@ def row_images(row: dict, *, image_key: str, video_key: str, encoder: ImageEncod
     """The row's images (None when it has none); refuses videos, and images
     for a text-only model."""
     if row.get(video_key):
-        raise ValueError(f"{where}, column {video_key!r} holds videos; thinkrl trains on text "
+        raise UserError(f"{where}, column {video_key!r} holds videos; thinkrl trains on text "
                          "and image prompts (videos later). Drop the column or the rows.")
     values = row.get(image_key)
     if not values:
@@ -161,7 +163,7 @@ def row_images(row: dict, *, image_key: str, video_key: str, encoder: ImageEncod
     if isinstance(values, (bytes, str, dict)):
         values = [values]
     if encoder is None:
-        raise ValueError(f"{where}, column {image_key!r} holds images, but the model is "
+        raise UserError(f"{where}, column {image_key!r} holds images, but the model is "
                          "text-only. Use a vision-language model (Qwen2.5-VL, Qwen2-VL) or "
                          "a text-only data set.")
     return RowImages(tuple(values), encoder, where)

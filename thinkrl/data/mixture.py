@@ -25,6 +25,7 @@ import math
 import torch
 
 from thinkrl.data.dataset import Prompt, PromptLoader, collate
+from thinkrl.errors import UserError
 
 
 def source_weights(mixture: dict[str, float], sources: list[str], *, log=print) -> dict[str, float]:
@@ -36,7 +37,7 @@ def source_weights(mixture: dict[str, float], sources: list[str], *, log=print) 
         if not any(fnmatch.fnmatchcase(source, pattern) for source in sources):
             close = difflib.get_close_matches(pattern, sources, n=1)
             hint = f"did you mean {close[0]!r}?" if close else f"sources: {', '.join(sources)}"
-            raise ValueError(f"data.mixture.{pattern}: no training row has that data_source; {hint}")
+            raise UserError(f"data.mixture.{pattern}: no training row has that data_source; {hint}")
     taken: dict[str, list[str]] = {}
     for source in sources:
         entry = source if source in mixture else next(
@@ -49,7 +50,7 @@ def source_weights(mixture: dict[str, float], sources: list[str], *, log=print) 
     if left_out:
         log(f"note: data.mixture leaves out {', '.join(left_out)} (weight 0 or not named)")
     if not weights:
-        raise ValueError("data.mixture gives no training data source a weight > 0")
+        raise UserError("data.mixture gives no training data source a weight > 0")
     total = sum(weights.values())
     return {s: weights[s] / total for s in sources if s in weights}
 
@@ -117,7 +118,7 @@ class MixtureLoader(PromptLoader):
 
     def load_state_dict(self, state: dict) -> None:
         if "cursor" not in state or set(state["cursor"]) != set(self.weights):
-            raise ValueError("the checkpoint's data position was saved with another data.mixture "
+            raise UserError("the checkpoint's data position was saved with another data.mixture "
                              f"(sources {sorted(state.get('cursor', {}))}, now {sorted(self.weights)}); "
                              "resume with the same data.mixture, or set trainer.resume_mode=disable")
         self.epoch, self.position = int(state["epoch"]), int(state["position"])

@@ -20,6 +20,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from thinkrl.errors import UserError
+
 DATA_SOURCE = "thinkrl/arith"
 # verl's GSM8K preprocessing appends this sentence to every question; we do
 # the same so that prompts, rewards and files are interchangeable with verl's.
@@ -102,7 +104,7 @@ def split_problems(*, train: int, test: int, seed: int) -> tuple[list[ArithProbl
             seen.add(p.question)
             unique.append(p)
     if len(unique) < train + test:
-        raise ValueError(f"only {len(unique)} distinct problems for {train}+{test} requested")
+        raise UserError(f"only {len(unique)} distinct problems for {train}+{test} requested")
     return unique[test:test + train], unique[:test]
 
 

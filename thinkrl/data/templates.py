@@ -42,6 +42,8 @@ response, where the R1 rewards and MindSpeed-RL's verifiers check it.
 
 from __future__ import annotations
 
+from thinkrl.errors import UserError
+
 TEMPLATES = ("chat", "qwen_r1", "r1_system", "raw")
 """data.template, data.val_template: the renderers of `render_prompt`."""
 R1_INSTRUCTION = (
@@ -85,14 +87,14 @@ def render_prompt(template: str, tokenizer, messages: list[dict],
         return render_r1_system(tokenizer, messages, chat_kwargs=chat_kwargs or {})
     if template == "raw":
         return render_raw(tokenizer, messages)
-    raise ValueError(f"unknown prompt template {template!r}; known templates: "
+    raise UserError(f"unknown prompt template {template!r}; known templates: "
                      f"{', '.join(TEMPLATES)}")
 
 
 def render_chat(tokenizer, messages: list[dict], *, chat_kwargs: dict) -> str:
     """The tokenizer's own chat template, ending with the assistant turn's header."""
     if not getattr(tokenizer, "chat_template", None):
-        raise ValueError(
+        raise UserError(
             "data.template=chat but the tokenizer has no chat template. Use a tokenizer "
             "that ships one, set actor_rollout_ref.model.custom_chat_template, or use "
             "data.template=qwen_r1 (MindSpeed-RL's literal ChatML text) or r1_system (plain "
@@ -110,7 +112,7 @@ def render_qwen_r1(messages: list[dict]) -> str:
     turns = [m for m in messages if m.get("role") != "system"]
     if len(system) > 1 or len(turns) != 1 or turns[0].get("role") != "user":
         roles = [m.get("role") for m in messages]
-        raise ValueError(f"data.template=qwen_r1 renders one question (an optional system "
+        raise UserError(f"data.template=qwen_r1 renders one question (an optional system "
                          f"message, then one user message), as MindSpeed-RL's R1 data does; "
                          f"this row has the roles {roles}. Use data.template=chat for dialogues.")
     system_text = system[0]["content"] if system and system[0]["content"] else QWEN_R1_SYSTEM
@@ -125,7 +127,7 @@ def render_r1_system(tokenizer, messages: list[dict], *, chat_kwargs: dict) -> s
     if any(m.get("role") == "system" for m in messages):
         # Two system prompts would contradict each other; which one wins
         # would depend on the tokenizer's template.
-        raise ValueError("the row has its own system message, but data.template=r1_system "
+        raise UserError("the row has its own system message, but data.template=r1_system "
                          "supplies the system prompt; drop the row's system message or use "
                          "data.template=chat")
     if not getattr(tokenizer, "chat_template", None):
@@ -135,7 +137,7 @@ def render_r1_system(tokenizer, messages: list[dict], *, chat_kwargs: dict) -> s
         return tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True,
                                              **chat_kwargs)
     except Exception as err:  # jinja raises its own TemplateError types
-        raise ValueError(f"data.template=r1_system needs a system turn, and the tokenizer's chat "
+        raise UserError(f"data.template=r1_system needs a system turn, and the tokenizer's chat "
                          f"template refused it ({type(err).__name__}: {err}). Use "
                          "data.template=chat, or a custom_chat_template with system turns."
                          ) from None
@@ -146,7 +148,7 @@ def _plain_r1(messages: list[dict]) -> str:
     for message in messages:
         speaker = _PLAIN_SPEAKERS.get(message.get("role"))
         if speaker is None:
-            raise ValueError(f"data.template=r1_system without a chat template writes only user "
+            raise UserError(f"data.template=r1_system without a chat template writes only user "
                              f"and assistant turns; found the role {message.get('role')!r}")
         lines.append(f"{speaker}: {message['content']}")
     return "\n".join(lines) + "\nAssistant:"
@@ -157,7 +159,7 @@ def render_raw(tokenizer, messages: list[dict]) -> str:
     prompt is later encoded without special tokens, so BOS must be in the text)."""
     if len(messages) != 1:
         roles = ", ".join(str(m.get("role")) for m in messages)
-        raise ValueError(f"data.template=raw takes a row with one message (the prompt text); this "
+        raise UserError(f"data.template=raw takes a row with one message (the prompt text); this "
                          f"row has {len(messages)} ({roles}). Use data.template=chat for "
                          "conversations")
     text = messages[0]["content"]

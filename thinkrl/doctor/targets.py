@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from thinkrl.errors import UserError
+
 CATALOGUE = {
     # name: (kind, GiB the device reports, what it is)
     "h100": ("cuda", 79.2, "NVIDIA H100 80 GB"),
@@ -52,7 +54,7 @@ def parse_target(text: str) -> Target:
     if match and (match.group(1) in CATALOGUE or _SIZE.match(match.group(1))):
         name, count = match.group(1), int(match.group(2))
         if count < 1:
-            raise ValueError(f"--target {text}: a node holds at least one device")
+            raise UserError(f"--target {text}: a node holds at least one device")
     if name in CATALOGUE:
         kind, gib, label = CATALOGUE[name]
         return Target(kind, int(gib * 2**30), count, label)
@@ -60,9 +62,9 @@ def parse_target(text: str) -> Target:
     if size:
         kind, amount, unit = size.group(1) or "cuda", float(size.group(2)), size.group(3)
         if amount <= 0:
-            raise ValueError(f"--target {text}: a device holds more than 0 bytes")
+            raise UserError(f"--target {text}: a device holds more than 0 bytes")
         scale = 2**30 if unit == "gib" else 10**9
         return Target(kind, int(amount * scale), count,
                       f"a {kind} device of {size.group(2)} {'GiB' if unit == 'gib' else 'GB'}")
-    raise ValueError(f"--target {text}: not a device this knows ({', '.join(CATALOGUE)}) nor a size "
+    raise UserError(f"--target {text}: not a device this knows ({', '.join(CATALOGUE)}) nor a size "
                      "(80GiB, 64GB, npu:64GB); add xN for N devices per node (h100x8)")

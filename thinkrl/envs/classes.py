@@ -9,6 +9,7 @@ import importlib
 from typing import Any
 
 from thinkrl.envs.verl_interaction import build_interaction, is_verl_interaction, verl_base_importable
+from thinkrl.errors import UserError
 
 
 def import_class(class_name: str, *, where: str) -> type:
@@ -19,7 +20,7 @@ def import_class(class_name: str, *, where: str) -> type:
         with verl_base_importable():
             return getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError, ValueError) as err:
-        raise ValueError(f"{where}: cannot import {class_name} ({type(err).__name__}: {err})") from None
+        raise UserError(f"{where}: cannot import {class_name} ({type(err).__name__}: {err})") from None
 
 
 def make_environment(class_name: str, config: dict, *, name: str, where: str, timeout_s: float) -> Any:
@@ -31,10 +32,10 @@ def make_environment(class_name: str, config: dict, *, name: str, where: str, ti
             return build_interaction(cls, name=name, config=config, timeout_s=timeout_s)
         env = cls(config=config)
     except Exception as err:
-        raise ValueError(f"{where}: {class_name}(config=...) failed: {type(err).__name__}: {err}") from None
+        raise UserError(f"{where}: {class_name}(config=...) failed: {type(err).__name__}: {err}") from None
     missing = [m for m in ("reset", "step", "close") if not callable(getattr(env, m, None))]
     if missing or not hasattr(env, "scores"):
-        raise ValueError(f"{where}: {class_name} is neither a verl interaction (async "
+        raise UserError(f"{where}: {class_name} is neither a verl interaction (async "
                          "start_interaction / generate_response) nor a thinkrl Environment (reset, "
                          f"step, close, scores); it lacks {', '.join(missing) or 'scores'}")
     return env

@@ -51,6 +51,7 @@ from thinkrl.deadline import Finished, run_all
 from thinkrl.envs.base import EnvError, EnvStep, checked_step
 from thinkrl.envs.routing import EnvRouter
 from thinkrl.envs.turn_tokens import TurnTokens
+from thinkrl.errors import UserError
 from thinkrl.records import FINISH_LENGTH, FINISH_STOP, PromptBatch, Rollouts, TurnStats
 from thinkrl.rollout.base import SamplingParams
 from thinkrl.workers.roles import RolloutRole
@@ -135,7 +136,7 @@ class EnvRollout:
         if all(name == self.router.single_turn for name in names):
             return self.engine.generate(prompts, params)  # no environment: one plain turn
         if prompts.model_inputs is not None:
-            raise ValueError("environments: prompts with images are not supported in multi-turn "
+            raise UserError("environments: prompts with images are not supported in multi-turn "
                              "rollouts; use text prompts, or single-turn rows")
         rows = [Conversation(prompt=[], environment=name, env=self.router.env(name))
                 for name in names for _ in range(params.n)]

@@ -37,6 +37,7 @@ from typing import Any, Callable, Iterable
 import yaml
 
 from thinkrl.envs.classes import make_environment
+from thinkrl.errors import UserError
 from thinkrl.records import SINGLE_TURN, Sample
 
 TOOL_AGENT = "tool_agent"
@@ -65,37 +66,37 @@ def read_entries(path: str | Path) -> list[EnvEntry]:
     entry and what to fix."""
     path = Path(path).expanduser()
     if not path.is_file():
-        raise ValueError(f"{KEY}={path}: no such file; give verl's interaction file (an "
+        raise UserError(f"{KEY}={path}: no such file; give verl's interaction file (an "
                          "`interaction:` list of name / class_name / config entries)")
     try:
         items = (yaml.safe_load(path.read_text()) or {}).get("interaction")
     except (yaml.YAMLError, AttributeError) as err:
-        raise ValueError(f"{path}: not a YAML mapping with an `interaction:` list ({err})") from None
+        raise UserError(f"{path}: not a YAML mapping with an `interaction:` list ({err})") from None
     if not isinstance(items, list) or not items:
-        raise ValueError(f"{path}: expected a non-empty `interaction:` list of name / class_name / "
+        raise UserError(f"{path}: expected a non-empty `interaction:` list of name / class_name / "
                          "config entries")
     entries: list[EnvEntry] = []
     for i, item in enumerate(items):
         where = f"{path}: interaction[{i}]"
         if not isinstance(item, dict) or not isinstance(item.get("class_name"), str):
-            raise ValueError(f"{where}: needs class_name (a dotted import path)")
+            raise UserError(f"{where}: needs class_name (a dotted import path)")
         simple = item["class_name"].rpartition(".")[2]
         # verl's default name: the class's name without "Interaction", lower case
         default = simple[:-len("Interaction")] if simple.endswith("Interaction") else simple
         name = str(item.get("name") or default.lower())
         workers = item.get("workers", 0)
         if not isinstance(workers, int) or workers < 0:
-            raise ValueError(f"{where}: workers={workers!r}: give a whole number >= 0 (0: in the trainer)")
+            raise UserError(f"{where}: workers={workers!r}: give a whole number >= 0 (0: in the trainer)")
         timeout = item.get("step_timeout_s")
         if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
-            raise ValueError(f"{where}: step_timeout_s={timeout!r}: give seconds > 0")
+            raise UserError(f"{where}: step_timeout_s={timeout!r}: give seconds > 0")
         if name in (SINGLE_TURN, TOOL_AGENT, *BUILTIN_NAMES):
-            raise ValueError(f"{where}: the name {name!r} is a built-in environment's; choose another")
+            raise UserError(f"{where}: the name {name!r} is a built-in environment's; choose another")
         if name in {e.name for e in entries}:
-            raise ValueError(f"{where}: duplicate interaction name {name!r}; names must differ")
+            raise UserError(f"{where}: duplicate interaction name {name!r}; names must differ")
         config = item.get("config") or {}
         if not isinstance(config, dict):
-            raise ValueError(f"{where}: config must be a mapping")
+            raise UserError(f"{where}: config must be a mapping")
         entries.append(EnvEntry(name, item["class_name"], dict(config), workers,
                                 None if timeout is None else float(timeout), where))
     return entries
@@ -165,7 +166,7 @@ class EnvRouter:
             if name not in self.known():
                 close = difflib.get_close_matches(name, self.known(), n=1)
                 hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(self.known())}"
-                raise ValueError(
+                raise UserError(
                     f"{key}: row {sample.index} (data_source {sample.data_source}) asks for the "
                     f"environment {name!r}, which this run does not have; {hint} Environments come "
                     f"from {KEY} (verl's interaction file), the built-ins ({', '.join(self.builtins)}) "
@@ -180,7 +181,7 @@ class EnvRouter:
                 try:
                     check(sample)
                 except ValueError as err:
-                    raise ValueError(f"{key}: row {sample.index} (data_source {sample.data_source}): "
+                    raise UserError(f"{key}: row {sample.index} (data_source {sample.data_source}): "
                                      f"{err}") from None
         return counts
 

@@ -36,6 +36,7 @@ from typing import Any
 from thinkrl.envs.base import EnvError, checked_step
 from thinkrl.envs.classes import import_class, make_environment
 from thinkrl.envs.verl_interaction import is_verl_interaction
+from thinkrl.errors import UserError
 from thinkrl.records import Sample
 
 log = logging.getLogger(__name__)
@@ -63,15 +64,15 @@ class _Worker:
         there.close()
         try:
             if not here.poll(_START_TIMEOUT_S):
-                raise ValueError(f"{entry.where}: the environment's worker process did not start "
+                raise UserError(f"{entry.where}: the environment's worker process did not start "
                                  f"within {_START_TIMEOUT_S:g} s")
             status, value = here.recv()
             if status != "ok":
-                raise ValueError(f"{entry.where}: {value}")
+                raise UserError(f"{entry.where}: {value}")
             self.conn: Connection = Client(value, authkey=authkey)
         except (EOFError, OSError) as err:
             self.kill()
-            raise ValueError(f"{entry.where}: the environment's worker process exited while starting "
+            raise UserError(f"{entry.where}: the environment's worker process exited while starting "
                              f"(exit code {self.process.exitcode}; {type(err).__name__})") from None
         except BaseException:
             self.kill()
@@ -111,7 +112,7 @@ class ServedEnvironment:
             self.scores = bool(self._request(_ServedState(self._workers[0], -1), ("scores",), kind="start"))
         except EnvError as err:
             self.shutdown()
-            raise ValueError(f"{entry.where}: {err}") from None
+            raise UserError(f"{entry.where}: {err}") from None
 
     def _start(self, index: int) -> _Worker:
         return _Worker(self.entry, ctx=self._ctx, authkey=self._authkey, index=index, timeout_s=self.timeout_s)

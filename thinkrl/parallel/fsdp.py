@@ -19,6 +19,8 @@ from typing import Callable, Iterator
 import torch
 from torch import nn
 
+from thinkrl.errors import UserError
+
 
 def decoder_layers(model: nn.Module) -> list[nn.Module]:
     """The repeated blocks of a Hugging Face model, found by the class names
@@ -26,7 +28,7 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
     names = set(getattr(model, "_no_split_modules", None) or ())
     layers = [m for m in model.modules() if type(m).__name__ in names]
     if not layers:
-        raise ValueError(f"{type(model).__name__} lists no decoder layer class in "
+        raise UserError(f"{type(model).__name__} lists no decoder layer class in "
                          "_no_split_modules, so FSDP2 cannot shard it layer by layer; "
                          "use trainer.backend=local (one device) for this model")
     return layers

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from thinkrl.errors import UserError
+
 SIDE_FILE_PATTERNS = ["*.json", "*.txt", "*.model", "*.jinja", "*.tiktoken", "*.py"]
 """What is taken of the real model (a folder, or fetched from the hub): configs,
 tokenizer, chat template and processor files; never weights."""
@@ -119,7 +121,7 @@ def build_shrunk_model(real_path: str, out_dir: Path, *, tensor_parallel: int = 
     try:
         real = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as err:
-        raise ValueError(f"actor_rollout_ref.model.path={real_path}: its config.json does not "
+        raise UserError(f"actor_rollout_ref.model.path={real_path}: its config.json does not "
                          f"load ({err}); the rehearsal builds its model from that file") from None
     config, summary = shrunk_config(real, tensor_parallel=tensor_parallel, spec=spec)
     vision = getattr(config, "vision_config", None) is not None
@@ -156,14 +158,14 @@ def side_files_folder(path: str) -> str:
     if local.is_dir():
         return str(local)
     if local.exists() or path.startswith((".", "/", "~")):
-        raise ValueError(f"actor_rollout_ref.model.path={path} is not a model folder: point it at "
+        raise UserError(f"actor_rollout_ref.model.path={path} is not a model folder: point it at "
                          "the folder holding config.json and the tokenizer files")
     from huggingface_hub import snapshot_download
 
     try:
         return snapshot_download(path, allow_patterns=SIDE_FILE_PATTERNS)
     except Exception as err:  # offline, unknown repo, gated: the hub's own words
-        raise ValueError(f"actor_rollout_ref.model.path={path}: its config and tokenizer files "
+        raise UserError(f"actor_rollout_ref.model.path={path}: its config and tokenizer files "
                          f"could not be fetched from the hub ({type(err).__name__}: {err}); "
                          "download them (config.json and the tokenizer files are enough) and "
                          "give the folder") from None

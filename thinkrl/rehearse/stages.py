@@ -22,7 +22,7 @@ from typing import Callable, Literal
 
 from thinkrl.config.schema import Config
 from thinkrl.doctor.core import CheckResult
-from thinkrl.errors import problem_and_fix
+from thinkrl.errors import problem_and_fix, UserError
 from thinkrl.rehearse.errors import StageFailed, StageWarning
 from thinkrl.rehearse.plan import (DataSample, Layout, RunArgs, data_overrides, layout_overrides,
                                    local_loggers, model_overrides, rehearsal_layout,
@@ -108,7 +108,7 @@ class Rehearsal:
             return  # the config stage reports it
         work = self.workdir
         if work == real or real in work.parents:
-            raise ValueError(f"--workdir {self.workdir} is inside the run's own folder {real} "
+            raise UserError(f"--workdir {self.workdir} is inside the run's own folder {real} "
                              "(trainer.default_local_dir): a rehearsal never writes there; give "
                              "another folder")
 

@@ -11,6 +11,7 @@ import io
 from dataclasses import dataclass
 from pathlib import Path
 
+from thinkrl.errors import UserError
 from thinkrl.report.data import config_value, load_config, load_generations, load_metrics
 from thinkrl.report.page import render_page
 from thinkrl.report.panels import DPI, Panel, all_panels
@@ -34,7 +35,7 @@ def render_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Rep
     holds no metrics.jsonl."""
     run_dir = Path(run_dir).expanduser()
     if not run_dir.is_dir():
-        raise ValueError(f"{run_dir}: no such directory; give a run directory "
+        raise UserError(f"{run_dir}: no such directory; give a run directory "
                          "(trainer.default_local_dir of the run)")
     metrics = load_metrics(run_dir)
     config = load_config(run_dir)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from thinkrl.errors import UserError
 from thinkrl.generations import Generation
 
 GENERATION_KINDS = ("train", "val")
@@ -54,7 +55,7 @@ class SavedGeneration:
 def load_metrics(run_dir: Path) -> RunMetrics:
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
-        raise ValueError(f"{run_dir}: no metrics.jsonl here; give the run directory "
+        raise UserError(f"{run_dir}: no metrics.jsonl here; give the run directory "
                          "(trainer.default_local_dir of the run), e.g. thinkrl report runs/thinkrl/tiny")
     notes: list[str] = []
     by_step: dict[int, dict[str, float]] = {}
@@ -81,7 +82,7 @@ def load_metrics(run_dir: Path) -> RunMetrics:
                      "it) and was skipped" if last_cut else
                      f"{path.name}: skipped unreadable lines {_ranges(bad_lines)}")
     if not by_step:
-        raise ValueError(f"{path}: holds no complete metrics line yet; run at least one step "
+        raise UserError(f"{path}: holds no complete metrics line yet; run at least one step "
                          "(or validation) first")
     steps = np.array(sorted(by_step))
     keys = sorted({k for values in by_step.values() for k in values})

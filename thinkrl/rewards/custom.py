@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from thinkrl.errors import nearest_files
+from thinkrl.errors import nearest_files, UserError
 
 RewardFunction = Callable[..., "float | dict[str, float]"]
 
@@ -39,19 +39,19 @@ def load_reward_function(path: str | Path, name: str = "compute_score") -> Rewar
     module_name = "thinkrl_user_reward_" + hashlib.sha1(str(file.resolve()).encode()).hexdigest()[:12]
     spec = importlib.util.spec_from_file_location(module_name, file)
     if spec is None or spec.loader is None:
-        raise ValueError(f"{key}={path}: not a Python file Python can import; give a .py file")
+        raise UserError(f"{key}={path}: not a Python file Python can import; give a .py file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module  # dataclasses and pickling look their module up here
     try:
         spec.loader.exec_module(module)
     except Exception as err:
         sys.modules.pop(module_name, None)
-        raise ValueError(f"{key}={path}: importing it failed with {type(err).__name__}: {err}. "
+        raise UserError(f"{key}={path}: importing it failed with {type(err).__name__}: {err}. "
                          "Fix the file (run `python <file>` to see the traceback).") from err
     if not hasattr(module, name):
         defined = sorted(n for n, obj in vars(module).items()
                          if inspect.isfunction(obj) and obj.__module__ == module_name)
-        raise ValueError(
+        raise UserError(
             f"custom_reward_function.name={name}: {file} defines no {name!r}; functions it "
             f"defines: {', '.join(defined) or 'none'}. Set custom_reward_function.name to one of them.")
     function = getattr(module, name)
@@ -64,14 +64,14 @@ def check_reward_file(path: str | Path) -> Path:
     user code runs in a worker first, under a deadline)."""
     file = Path(path).expanduser()
     if not file.is_file():
-        raise ValueError(f"custom_reward_function.path={path}: no such file.{nearest_files(file)}")
+        raise UserError(f"custom_reward_function.path={path}: no such file.{nearest_files(file)}")
     return file
 
 
 def check_signature(function: object, *, where: str) -> None:
     """ValueError unless `function` can be called as verl calls a reward function."""
     if not callable(function):
-        raise ValueError(f"{where} is a {type(function).__name__}, not a function; "
+        raise UserError(f"{where} is a {type(function).__name__}, not a function; "
                          f"define def {where.rsplit(':', 1)[-1]}{_SIGNATURE}")
     try:
         signature = inspect.signature(function)
@@ -80,6 +80,6 @@ def check_signature(function: object, *, where: str) -> None:
     try:
         signature.bind(data_source="", solution_str="", ground_truth="", extra_info=None)
     except TypeError as err:
-        raise ValueError(f"{where}{signature} cannot be called with verl's reward arguments "
+        raise UserError(f"{where}{signature} cannot be called with verl's reward arguments "
                          f"({err}); define it as {_SIGNATURE}") from None
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from thinkrl.errors import UserError
+
 # `\s*(?:\$\s*)?`, not `\s*\$?\s*`: two adjacent `\s*` backtrack quadratically, and
 # "####" followed by a long run of whitespace took seconds.
 _STRICT = re.compile(r"####\s*(?:\$\s*)?(-?[0-9][0-9,]*(?:\.[0-9]+)?)")
@@ -30,7 +32,7 @@ def parse_number(text: str) -> float | None:
 def extract_answer(response: str, *, method: str = "strict") -> str | None:
     """The final answer as written, or None when there is none."""
     if method not in ("strict", "flexible"):
-        raise ValueError(f"gsm8k extraction method {method!r}: use 'strict' or 'flexible'")
+        raise UserError(f"gsm8k extraction method {method!r}: use 'strict' or 'flexible'")
     matches = _STRICT.findall(response[-_MAX_SCAN_CHARS:])
     if matches:
         return matches[-1]

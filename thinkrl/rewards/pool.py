@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 from multiprocessing.connection import Connection, wait
 
+from thinkrl.errors import UserError
 from thinkrl.rewards.reward_fn import Outcome, RewardFnSpec, Task
 
 _WORKER_MODULE = "thinkrl.rewards.worker"
@@ -88,9 +89,9 @@ class ScoringPool:
                  start_timeout_s: float = 120.0, import_timeout_s: float | None = None,
                  start_method: str | None = None) -> None:
         if num_workers < 1:
-            raise ValueError(f"reward.num_workers={num_workers}: a pool needs >= 1 worker")
+            raise UserError(f"reward.num_workers={num_workers}: a pool needs >= 1 worker")
         if not timeout_s > 0:
-            raise ValueError(f"reward.timeout_s={timeout_s}: use a number of seconds > 0, e.g. 10")
+            raise UserError(f"reward.timeout_s={timeout_s}: use a number of seconds > 0, e.g. 10")
         self.spec, self.num_workers, self.timeout_s = spec, num_workers, timeout_s
         self.start_timeout_s = start_timeout_s
         self.import_timeout_s = timeout_s if import_timeout_s is None else import_timeout_s
@@ -223,7 +224,7 @@ class ScoringPool:
             if worker.start_error is None and not alive:
                 # Most often: a script that starts training at import time,
                 # which every worker re-imports (Python's multiprocessing rule).
-                raise ValueError(
+                raise UserError(
                     f"a reward worker {why}. If you start thinkrl from your own script, put "
                     "that code under `if __name__ == \"__main__\":` (reward workers re-import "
                     "the main script), or set reward.num_workers=0 to score in this process.")

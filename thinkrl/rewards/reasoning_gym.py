@@ -24,6 +24,8 @@ import functools
 import json
 from typing import Any
 
+from thinkrl.errors import UserError
+
 DATA_SOURCE_PREFIX = "reasoning_gym/"
 INSTALL = "pip install -e '.[envs]' (in thinkrl's checkout) (or pip install reasoning-gym==0.1.25)"
 
@@ -33,7 +35,7 @@ def check_installed() -> None:
     try:
         import reasoning_gym  # noqa: F401
     except ImportError as err:
-        raise ValueError(f"reasoning-gym rows need the reasoning-gym package ({err}): {INSTALL}") from None
+        raise UserError(f"reasoning-gym rows need the reasoning-gym package ({err}): {INSTALL}") from None
 
 
 def task_of(data_source: str) -> str:
@@ -58,7 +60,7 @@ def compute_score(response: str, ground_truth: str, extra_info: dict | None = No
 
     info = extra_info or {}
     if "entry" not in info or "task" not in info:
-        raise ValueError("a reasoning_gym row needs extra_info.task and extra_info.entry (the "
+        raise UserError("a reasoning_gym row needs extra_info.task and extra_info.entry (the "
                          "generated item as JSON); write the data with thinkrl prep reasoning-gym")
     entry = json.loads(info["entry"]) if isinstance(info["entry"], str) else dict(info["entry"])
     config = info.get("config") or "{}"

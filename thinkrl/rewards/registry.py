@@ -15,6 +15,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from thinkrl.errors import UserError
 import thinkrl.rewards.exact as exact
 import thinkrl.rewards.geo3k as geo3k
 import thinkrl.rewards.gsm8k as gsm8k
@@ -107,7 +108,7 @@ SCORER_NAMES = tuple(_BUILTIN)
 def make_scorer(name: str, settings: ScorerSettings = ScorerSettings()) -> Scorer:
     """The built-in scorer `name` (one of SCORER_NAMES) with `settings`."""
     if name not in _BUILTIN:
-        raise ValueError(f"reward.scorer={name!r} is not a built-in scorer; use one of "
+        raise UserError(f"reward.scorer={name!r} is not a built-in scorer; use one of "
                          f"auto, {', '.join(SCORER_NAMES)}")
     return functools.partial(_BUILTIN[name], settings=settings)
 
@@ -120,7 +121,7 @@ def scorer_name_for(data_source: str) -> str:
         if data_source.startswith(prefix):
             return name
     known = sorted(DATA_SOURCES) + [f"{p}*" for p in sorted(DATA_SOURCE_PREFIXES)]
-    raise ValueError(
+    raise UserError(
         f"no reward function for data_source {data_source!r}; known data sources: "
         f"{', '.join(known)}. Fix the data_source column of your data (data.reward_fn_key "
         f"names it), or score every row with one built-in scorer (reward.scorer="

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, NamedTuple
 
+from thinkrl.errors import UserError
 from thinkrl.rewards.custom import RewardFunction, load_reward_function
 from thinkrl.rewards.registry import SCORER_NAMES, ScorerSettings, make_scorer, scorer_name_for
 from thinkrl.rewards.verifiers import WeightedVerifiers
@@ -72,7 +73,7 @@ class RewardFnSpec:
         if self.scorer == "auto":
             return _ByDataSource(self.settings)
         if self.scorer not in SCORER_NAMES:
-            raise ValueError(f"reward.scorer={self.scorer}: use auto (by each row's data_source) "
+            raise UserError(f"reward.scorer={self.scorer}: use auto (by each row's data_source) "
                              f"or one of {', '.join(SCORER_NAMES)}")
         return _OneScorer(self.scorer, self.settings)
 
@@ -89,7 +90,7 @@ class RewardFnSpec:
                 unknown.append((source, err))
         if unknown:
             names = ", ".join(repr(source) for source, _ in unknown)
-            raise ValueError(f"data sources without a reward function: {names}. "
+            raise UserError(f"data sources without a reward function: {names}. "
                              f"{unknown[0][1]}") from None
 
 

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from thinkrl.config.schema import RewardConfig
+from thinkrl.errors import UserError
 from thinkrl.records import Sample
 from thinkrl.rewards.custom import RewardFunction, check_reward_file, check_signature
 from thinkrl.rewards.pool import ScoringPool
@@ -65,7 +66,7 @@ class RewardScorer:
     def __init__(self, spec: RewardFnSpec, *, num_workers: int = RewardConfig.num_workers,
                  timeout_s: float = RewardConfig.timeout_s) -> None:
         if num_workers < 0:
-            raise ValueError(f"reward.num_workers={num_workers}: use 0 (score in the main "
+            raise UserError(f"reward.num_workers={num_workers}: use 0 (score in the main "
                              "process) or a count of worker processes, e.g. 2")
         self.spec: RewardFnSpec | None = spec
         self._pool = ScoringPool(spec, num_workers=num_workers, timeout_s=timeout_s) \
@@ -144,7 +145,7 @@ class RewardScorer:
             slow = all(e.startswith("took longer than") for e in errors)
             fix = ("Make it faster or raise reward.timeout_s" if slow else
                    "Fix the function: a response of the run that fails like these scores 0")
-            raise ValueError(
+            raise UserError(
                 f"{where} failed on every response of the start-up trial (data_source "
                 f"{task.data_source}, row {task.index}, its gold answer written {len(errors)} ways, "
                 f"e.g. {task.text[:60]!r}): {errors[0]}. {fix}; a function that reads only a "
@@ -163,7 +164,7 @@ class RewardScorer:
         failure breaker is then certain to stop the run); the responses left
         unscored are counted in `unscored`."""
         if len(texts) != len(samples):
-            raise ValueError(f"{len(texts)} responses but {len(samples)} samples: they must line up")
+            raise UserError(f"{len(texts)} responses but {len(samples)} samples: they must line up")
         tasks = [Task(i, text, s.data_source, s.ground_truth, s.extra_info, s.index)
                  for i, (text, s) in enumerate(zip(texts, samples))]
         outcomes, timed_out = self._run(tasks, give_up=give_up)

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from thinkrl.config.verifier_checks import verifier_problems
+from thinkrl.errors import UserError
 from thinkrl.rewards import math as math_answer
 
 _FORMAT = re.compile(r"^<think>.*?</think>\s*<answer>.*?</answer>$", re.DOTALL | re.MULTILINE)
@@ -154,7 +155,7 @@ class WeightedVerifiers:
     def __post_init__(self) -> None:
         problems = verifier_problems(list(self.names), list(self.weights))
         if problems:
-            raise ValueError("; ".join(problems))
+            raise UserError("; ".join(problems))
 
     def __call__(self, data_source: str, solution_str: str, ground_truth: str,
                  extra_info: dict | None = None, **kwargs: Any) -> dict[str, float]:

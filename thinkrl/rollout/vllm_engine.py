@@ -38,7 +38,7 @@ import torch
 from torch import Tensor
 
 from thinkrl.config.checks import truncates
-from thinkrl.errors import SetupError
+from thinkrl.errors import SetupError, UserError
 from thinkrl.parallel.device import compute_dtype, empty_cache
 from thinkrl.records import PromptBatch, Rollouts
 from thinkrl.rollout.attest import AttestShare, Ledger, recording, unit_of
@@ -125,7 +125,7 @@ def check_engine_arguments(args: dict) -> dict:
         logging.getLogger("thinkrl").warning("%s", note)
     unknown = sorted(set(args) - known)
     if unknown:
-        raise ValueError(f"{_ARR}.engine_kwargs.vllm: vLLM {_vllm_version()} has no engine "
+        raise UserError(f"{_ARR}.engine_kwargs.vllm: vLLM {_vllm_version()} has no engine "
                          f"argument {', '.join(map(repr, unknown))}; remove it (vllm.EngineArgs "
                          "lists the arguments)")
     return args

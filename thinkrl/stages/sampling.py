@@ -28,6 +28,7 @@ from torch import Tensor
 from thinkrl.algos.dapo import mixed_groups, overlong_penalty
 from thinkrl.config import Config
 from thinkrl.data.dataset import PromptLoader
+from thinkrl.errors import UserError
 from thinkrl.metrics import StageTimer
 from thinkrl.records import ModelInputs, PromptBatch, Rollouts, concat_turns
 from thinkrl.reward_watch import FailureBreaker
@@ -154,7 +155,7 @@ def filter_values(part: ScoredRollouts, metric: str) -> Tensor:
     missing = sum(metric not in p for p in scored.parts)
     if missing:
         reported = sorted({k for p in scored.parts for k in p}) or ["none"]
-        raise ValueError(
+        raise UserError(
             f"algorithm.filter_groups.metric={metric}: {missing} of {len(scored.parts)} responses have no "
             f"such value; the reward reports: {', '.join(reported)} (or use acc, score, seq_reward)")
     return torch.tensor([p[metric] for p in scored.parts], dtype=torch.float32)

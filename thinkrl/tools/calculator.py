@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 import operator
 
+from thinkrl.errors import UserError
+
 SCHEMA = {
     "type": "function",
     "function": {
@@ -32,11 +34,11 @@ MAX_EXPRESSION = 500
 def evaluate(expression: str) -> int | float:
     """The value of `expression`; ValueError saying what is wrong otherwise."""
     if len(expression) > MAX_EXPRESSION:
-        raise ValueError(f"the expression is longer than {MAX_EXPRESSION} characters")
+        raise UserError(f"the expression is longer than {MAX_EXPRESSION} characters")
     try:
         tree = ast.parse(expression.strip(), mode="eval")
     except SyntaxError:
-        raise ValueError(f"cannot read {expression!r} as arithmetic") from None
+        raise UserError(f"cannot read {expression!r} as arithmetic") from None
     return _value(tree.body)
 
 
@@ -48,14 +50,14 @@ def _value(node: ast.AST) -> int | float:
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
         left, right = _value(node.left), _value(node.right)
         if isinstance(node.op, ast.Pow) and abs(right) * max(1, len(str(abs(int(left))))) > MAX_DIGITS:
-            raise ValueError("the power is too large")
+            raise UserError("the power is too large")
         if isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)) and right == 0:
-            raise ValueError("division by zero")
+            raise UserError("division by zero")
         result = _BINARY[type(node.op)](left, right)
         if isinstance(result, int) and abs(result).bit_length() > 3.33 * MAX_DIGITS:
-            raise ValueError("the result is too large")
+            raise UserError("the result is too large")
         return result
-    raise ValueError(f"only numbers, + - * / // % ** and parentheses are allowed, not "
+    raise UserError(f"only numbers, + - * / // % ** and parentheses are allowed, not "
                      f"{ast.unparse(node)!r}")
 
 
@@ -75,5 +77,5 @@ class Calculator:
     def execute(self, parameters: dict) -> str:
         expression = parameters.get("expression")
         if not isinstance(expression, str):
-            raise ValueError('give the expression as {"expression": "..."}')
+            raise UserError('give the expression as {"expression": "..."}')
         return shown(evaluate(expression))

@@ -12,6 +12,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from thinkrl.errors import UserError
+
 FORMATS = ("hermes",)
 _HERMES = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
@@ -27,7 +29,7 @@ class ToolCall:
 def parse_tool_calls(text: str, *, format: str = "hermes") -> list[ToolCall]:
     """The calls in one assistant turn's text, in the order written."""
     if format != "hermes":
-        raise ValueError(f"multi_turn.format={format!r}: use one of {', '.join(FORMATS)}")
+        raise UserError(f"multi_turn.format={format!r}: use one of {', '.join(FORMATS)}")
     return [_read(body) for body in _HERMES.findall(text)]
 
 

@@ -30,6 +30,7 @@ from typing import Callable
 import yaml
 
 from thinkrl.deadline import Finished, run_all
+from thinkrl.errors import UserError
 from thinkrl.tools.calls import ToolCall
 
 TRUNCATE_SIDES = ("left", "middle", "right")
@@ -63,51 +64,51 @@ def load_tools(path: str | Path) -> list[Tool]:
     """The tools of verl's tool file at `path`; ValueError naming the entry and what to fix."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"actor_rollout_ref.rollout.multi_turn.tool_config_path={path}: no such "
+        raise UserError(f"actor_rollout_ref.rollout.multi_turn.tool_config_path={path}: no such "
                          "file; give verl's tool file (a `tools:` list of class_name / config / "
                          "tool_schema entries)")
     try:
         entries = (yaml.safe_load(path.read_text()) or {}).get("tools")
     except (yaml.YAMLError, AttributeError) as err:
-        raise ValueError(f"{path}: not a YAML mapping with a `tools:` list ({err})") from None
+        raise UserError(f"{path}: not a YAML mapping with a `tools:` list ({err})") from None
     if not isinstance(entries, list) or not entries:
-        raise ValueError(f"{path}: expected a non-empty `tools:` list of class_name / config / "
+        raise UserError(f"{path}: expected a non-empty `tools:` list of class_name / config / "
                          "tool_schema entries")
     tools = [_tool(entry, f"{path}: tools[{i}]") for i, entry in enumerate(entries)]
     names = [t.name for t in tools]
     if len(set(names)) != len(names):
-        raise ValueError(f"{path}: two tools share a name ({', '.join(names)}); names must differ")
+        raise UserError(f"{path}: two tools share a name ({', '.join(names)}); names must differ")
     return tools
 
 
 def _tool(entry: dict, where: str) -> Tool:
     if not isinstance(entry, dict) or not isinstance(entry.get("class_name"), str):
-        raise ValueError(f"{where}: needs class_name (a dotted import path such as "
+        raise UserError(f"{where}: needs class_name (a dotted import path such as "
                          "thinkrl.tools.calculator.Calculator)")
     config = dict(entry.get("config") or {"type": "native"})
     if config.get("type", "native") != "native":
-        raise ValueError(f"{where}: config.type={config.get('type')!r}; only native tools run here "
+        raise UserError(f"{where}: config.type={config.get('type')!r}; only native tools run here "
                          "(MCP servers are not supported)")
     module_name, _, class_name = entry["class_name"].rpartition(".")
     try:
         cls = getattr(importlib.import_module(module_name), class_name)
     except (ImportError, AttributeError, ValueError) as err:
-        raise ValueError(f"{where}: cannot import {entry['class_name']} ({err})") from None
+        raise UserError(f"{where}: cannot import {entry['class_name']} ({err})") from None
     schema = entry.get("tool_schema")
     try:
         instance = cls(config=config, tool_schema=SchemaView(schema) if schema else None)
     except Exception as err:
-        raise ValueError(f"{where}: {entry['class_name']}(config=..., tool_schema=...) failed: "
+        raise UserError(f"{where}: {entry['class_name']}(config=..., tool_schema=...) failed: "
                          f"{type(err).__name__}: {err}") from None
     schema = dict(schema or getattr(instance, "schema", None) or _schema_of(instance) or {})
     name = (schema.get("function") or {}).get("name")
     if not name:
-        raise ValueError(f"{where}: no tool_schema with function.name, and {entry['class_name']} "
+        raise UserError(f"{where}: no tool_schema with function.name, and {entry['class_name']} "
                          "supplies none")
     if inspect.iscoroutinefunction(getattr(instance, "execute", None)):
         return Tool(name, schema, _verl_style(cls, config, schema))
     if not callable(getattr(instance, "execute", None)):
-        raise ValueError(f"{where}: {entry['class_name']} has no execute(parameters) method")
+        raise UserError(f"{where}: {entry['class_name']} has no execute(parameters) method")
     return Tool(name, schema, lambda parameters: str(instance.execute(parameters)))
 
 

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from thinkrl.errors import UserError
 from thinkrl.tools.call_cgroup import CallCgroup, cgroup_plan
 from thinkrl.tools.jail import (RUNNER_DIR, RUNNER_SCRIPT, SANDBOX_UID, SCRATCH, USERS, JailPlan, jail_files,
                                 jail_plan, others_may_read, sandbox_environment)
@@ -74,11 +75,11 @@ class SandboxLimits:
 
     def __post_init__(self) -> None:
         if isinstance(self.packages, str) or not all(isinstance(p, str) for p in self.packages):
-            raise ValueError(f"packages={self.packages!r}: give a list of package names, e.g. [numpy, sympy]")
+            raise UserError(f"packages={self.packages!r}: give a list of package names, e.g. [numpy, sympy]")
         object.__setattr__(self, "packages", tuple(self.packages))
         for key in ("wall_s", "cpu_s", "memory_mb", "output_chars", "file_mb", "scratch_mb", "tasks"):
             if not getattr(self, key) > 0:
-                raise ValueError(f"{key}={getattr(self, key)!r}: must be positive")
+                raise UserError(f"{key}={getattr(self, key)!r}: must be positive")
 
 
 @dataclass(frozen=True)
@@ -211,11 +212,11 @@ class PythonTool:
     def __init__(self, config: dict | None = None, tool_schema: dict | None = None) -> None:
         config = {k: v for k, v in (config or {}).items() if k != "type"}
         if "require_namespace" in config:
-            raise ValueError(f"require_namespace is gone: the sandbox always needs the kernel's "
+            raise UserError(f"require_namespace is gone: the sandbox always needs the kernel's "
                              f"isolation; {UNSAFE_KEY}: true runs code without it (trusted code only)")
         unknown = sorted(set(config) - set(SandboxLimits.__dataclass_fields__))
         if unknown:
-            raise ValueError(f"unknown key {unknown[0]!r}; the Python tool takes "
+            raise UserError(f"unknown key {unknown[0]!r}; the Python tool takes "
                              f"{', '.join(SandboxLimits.__dataclass_fields__)}")
         self.limits = SandboxLimits(**config)
         _check_packages(self.limits)
@@ -226,7 +227,7 @@ class PythonTool:
     def execute(self, parameters: dict) -> str:
         code = parameters.get("code")
         if not isinstance(code, str):
-            raise ValueError('give the program as {"code": "..."}')
+            raise UserError('give the program as {"code": "..."}')
         return run_python(code, self.limits).text()
 
 
@@ -237,7 +238,7 @@ def _check_packages(limits: SandboxLimits) -> None:
         return
     for host, _ in mounts:
         if jail_plan().host_uid == SANDBOX_UID and not others_may_read(host):
-            raise ValueError(f"{host}: the tool's code runs as uid {SANDBOX_UID} on this host, which may not read "
+            raise UserError(f"{host}: the tool's code runs as uid {SANDBOX_UID} on this host, which may not read "
                              f"it; make it readable (chmod -R o+rX {host})")
     names = sorted({os.path.basename(host) for host, jail in mounts
                     if jail.startswith(PACKAGES + "/") and not host.endswith(".dist-info")})
@@ -257,7 +258,7 @@ def sandbox_layers(unsafe: bool = False) -> str:
         return _STATED[unsafe]
     plan = jail_plan()
     if plan.missing and not unsafe:
-        raise ValueError("the Python tool's sandbox cannot run here: " + "; ".join(plan.missing) +
+        raise UserError("the Python tool's sandbox cannot run here: " + "; ".join(plan.missing) +
                          f". Set {UNSAFE_KEY}: true in the tool's config to run model-written code "
                          "without kernel isolation (NOT A SANDBOX: trusted code only)")
     limits = SandboxLimits(unsafe_without_kernel_isolation=unsafe)
@@ -267,7 +268,7 @@ def sandbox_layers(unsafe: bool = False) -> str:
         done = run_contained(launch, wall_s=30.0, output_chars=65536, cgroup=_call_cgroup(limits, stack))
     group, why_not = cgroup_plan()
     if done.status != 0:
-        raise ValueError("the Python tool's sandbox failed to start here: "
+        raise UserError("the Python tool's sandbox failed to start here: "
                          f"{(done.stderr.strip().splitlines() or ['exit ' + str(done.status)])[-1]}"
                          + ("" if unsafe else f" ({UNSAFE_KEY}: true runs code without it, trusted code only)"))
     seen = json.loads(done.stdout)
@@ -286,7 +287,7 @@ def sandbox_layers(unsafe: bool = False) -> str:
                    "IPC) and threads of a root host uid are not capped"))
         line += "".join(f"; {note}" for note in plan.notes)
         if not seen["seccomp"] or seen["capabilities"]:
-            raise ValueError(f"the Python tool's sandbox is weaker than planned here ({line}); "
+            raise UserError(f"the Python tool's sandbox is weaker than planned here ({line}); "
                              f"{UNSAFE_KEY}: true runs code without it (trusted code only)")
     print(line, file=sys.stderr, flush=True)
     _STATED[unsafe] = line

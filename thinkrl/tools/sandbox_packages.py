@@ -21,6 +21,8 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from thinkrl.errors import UserError
+
 PACKAGES = "/packages"
 SITE = "/site"
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
@@ -52,7 +54,7 @@ def package_mounts(packages: tuple[str, ...], packages_dir: str | None) -> Packa
     if packages_dir is not None:
         folder = os.path.realpath(os.path.expanduser(packages_dir))
         if not os.path.isdir(folder):
-            raise ValueError(f"packages_dir={packages_dir!r}: no such folder; make it with "
+            raise UserError(f"packages_dir={packages_dir!r}: no such folder; make it with "
                              f"`pip install --target {packages_dir} numpy sympy` (or name one that exists)")
         mounts.append((folder, SITE))
         import_paths.append(SITE)
@@ -73,7 +75,7 @@ def _with_requirements(names: tuple[str, ...]) -> list[importlib.metadata.Distri
             dist = importlib.metadata.distribution(name)
         except importlib.metadata.PackageNotFoundError:
             by = f" (required by {wanted_by})" if wanted_by else ""
-            raise ValueError(f"packages: {name!r}{by} is not installed in the trainer's environment: "
+            raise UserError(f"packages: {name!r}{by} is not installed in the trainer's environment: "
                              f"pip install {name}, or name a folder of packages with packages_dir") from None
         found[key] = dist
         for requirement in dist.requires or ():

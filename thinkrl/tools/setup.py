@@ -6,6 +6,7 @@ from __future__ import annotations
 from importlib import resources
 
 from thinkrl.config import Config
+from thinkrl.errors import UserError
 from thinkrl.tools.registry import ToolRunner, load_tools
 
 
@@ -35,6 +36,6 @@ def tool_file(path: str) -> str:
     shipped = folder / f"{path[len('builtin:'):]}.yaml"
     if not shipped.is_file():
         known = sorted(f"builtin:{p.name[:-5]}" for p in folder.iterdir() if p.name.endswith(".yaml"))
-        raise ValueError(f"actor_rollout_ref.rollout.multi_turn.tool_config_path={path}: no such "
+        raise UserError(f"actor_rollout_ref.rollout.multi_turn.tool_config_path={path}: no such "
                          f"built-in tool file; use one of {', '.join(known)} or a path")
     return str(shipped)

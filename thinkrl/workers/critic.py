@@ -26,6 +26,7 @@ from thinkrl.checkpoint.adapter import load_adapter, refuse_adapter_checkpoint_f
 from thinkrl.checkpoint.sharded import CRITIC_FILES, is_sharded_checkpoint
 from thinkrl.config.critic_checks import CriticSizes
 from thinkrl.config.schema import CriticConfig
+from thinkrl.errors import UserError
 from thinkrl.models.forward import in_micro_batches
 from thinkrl.models.loading import check_model_fits
 from thinkrl.models.lora import Lora, LoraSettings, attach_lora, lora_of
@@ -109,7 +110,7 @@ class CriticWorker:
     def load(self, folder: Path) -> None:
         """Weights and optimizer state of a checkpoint in either layout (read before set)."""
         if not ((folder / CRITIC_FILES.hf_dir).is_dir() or is_sharded_checkpoint(folder, CRITIC_FILES)):
-            raise ValueError(f"{folder}: the checkpoint holds no critic (saved by a run without "
+            raise UserError(f"{folder}: the checkpoint holds no critic (saved by a run without "
                              "algorithm.adv_estimator=gae); resume a PPO run from its own checkpoints, or "
                              "start afresh with trainer.resume_mode=disable")
         if self.lora is not None:
@@ -117,7 +118,6 @@ class CriticWorker:
             return
         refuse_adapter_checkpoint_for_full_run(folder, CRITIC_FILES)
         self.learner.load(folder)
-
 
 
 def build_critic(spec, *, device: torch.device, autocast: Callable[[], ContextManager],

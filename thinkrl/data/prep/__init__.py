@@ -28,7 +28,7 @@ from thinkrl.data.prep import builtin_arith, competition_math, generic, geo3k, g
 from thinkrl.data.prep.examples import Example, to_verl_rows, write_rows
 from thinkrl.data.prep.reading import SPLITS, find_inputs
 from thinkrl.data.templates import TEMPLATES
-from thinkrl.errors import SetupError
+from thinkrl.errors import SetupError, UserError
 
 SOURCES = ("gsm8k", "math", "orz", "jsonl", "builtin", "geo3k")
 _FILE_READERS = {"gsm8k": gsm8k.read, "math": competition_math.read, "orz": orz.read,
@@ -102,16 +102,16 @@ def write_splits(rows_by_split: dict[str, list[dict]], *, output: Path | str,
 
 def _check(request: PrepRequest) -> None:
     if request.source not in SOURCES:
-        raise ValueError(f"unknown source {request.source!r}; known sources: {', '.join(SOURCES)}")
+        raise UserError(f"unknown source {request.source!r}; known sources: {', '.join(SOURCES)}")
     if request.template not in TEMPLATES:
-        raise ValueError(f"--template {request.template}: known templates: {', '.join(TEMPLATES)}")
+        raise UserError(f"--template {request.template}: known templates: {', '.join(TEMPLATES)}")
     for split in request.splits or ():
         if split not in SPLITS:
-            raise ValueError(f"--split {split}: use one of {', '.join(SPLITS)}")
+            raise UserError(f"--split {split}: use one of {', '.join(SPLITS)}")
     if request.source == "builtin" and request.inputs:
-        raise ValueError("thinkrl prep builtin makes its data itself; drop --input")
+        raise UserError("thinkrl prep builtin makes its data itself; drop --input")
     if request.source != "builtin" and not request.inputs:
-        raise ValueError(f"thinkrl prep {request.source} needs --input FILE_OR_FOLDER")
+        raise UserError(f"thinkrl prep {request.source} needs --input FILE_OR_FOLDER")
 
 
 def _examples_by_split(request: PrepRequest) -> dict[str, list[Example]]:

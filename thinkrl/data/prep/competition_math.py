@@ -14,6 +14,7 @@ from pathlib import Path
 
 from thinkrl.data.prep.examples import Example
 from thinkrl.data.prep.reading import InputRecord, read_records, text_field
+from thinkrl.errors import UserError
 from thinkrl.rewards.math import last_boxed  # the reward reads answers the same way
 
 MATH500_SOURCE = "HuggingFaceH4/MATH-500"
@@ -25,7 +26,7 @@ def _ground_truth(record: InputRecord, solution: str) -> str:
         return text_field(record, "answer")
     boxed = last_boxed(solution)
     if boxed is None or not boxed.strip():
-        raise ValueError(f"{record.where}: no field 'answer' and the field 'solution' has no "
+        raise UserError(f"{record.where}: no field 'answer' and the field 'solution' has no "
                          "complete \\boxed{...} to take the answer from; add an 'answer' field")
     return boxed.strip()
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from thinkrl.data.prep.examples import Example
 from thinkrl.data.prep.reading import read_records, text_field
+from thinkrl.errors import UserError
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,7 +23,7 @@ class FieldNames:
 def read(path: Path, *, data_source: str | None, ability: str,
          fields: FieldNames = FieldNames()) -> list[Example]:
     if not data_source:
-        raise ValueError("thinkrl prep jsonl needs --data-source NAME: the reward registry picks "
+        raise UserError("thinkrl prep jsonl needs --data-source NAME: the reward registry picks "
                          "the scorer by it (e.g. openai/gsm8k for '#### 42' answers)")
     examples = []
     for record in read_records(path):

@@ -12,6 +12,7 @@ from pathlib import Path
 from thinkrl.data.images import PLACEHOLDER
 from thinkrl.data.prep.examples import Example
 from thinkrl.data.prep.reading import InputRecord, read_records, text_field
+from thinkrl.errors import UserError
 
 DATA_SOURCE = "hiyouga/geometry3k"
 ABILITY = "math"
@@ -26,13 +27,13 @@ def image_bytes(record: InputRecord) -> tuple[bytes, ...]:
     """The encoded images of a record: {"bytes": ...} cells (or raw bytes)."""
     cells = record.value.get("images")
     if not isinstance(cells, list) or not cells:
-        raise ValueError(f"{record.where}: the field 'images' should list the problem's images "
+        raise UserError(f"{record.where}: the field 'images' should list the problem's images "
                          f"({{'bytes': ...}} each), found {cells!r:.80}")
     out = []
     for cell in cells:
         data = cell.get("bytes") if isinstance(cell, dict) else cell
         if not isinstance(data, (bytes, bytearray)) or not data:
-            raise ValueError(f"{record.where}: an image in 'images' has no bytes; re-download "
+            raise UserError(f"{record.where}: an image in 'images' has no bytes; re-download "
                              "the parquet files (Hugging Face stores images as bytes)")
         out.append(bytes(data))
     return tuple(out)
@@ -48,7 +49,7 @@ def read(path: Path, *, data_source: str | None = None) -> list[Example]:
         if marks == 0:  # the diagram goes first, where the data set usually puts it
             question = PLACEHOLDER * len(images) + problem
         elif marks != len(images):
-            raise ValueError(f"{record.where}: the problem has {marks} {PLACEHOLDER} marks but "
+            raise UserError(f"{record.where}: the problem has {marks} {PLACEHOLDER} marks but "
                              f"{len(images)} images")
         examples.append(Example(question=question, ground_truth=answer,
                                 data_source=data_source or DATA_SOURCE, ability=ABILITY,

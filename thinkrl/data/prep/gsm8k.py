@@ -10,6 +10,7 @@ from pathlib import Path
 from thinkrl.data import synthetic
 from thinkrl.data.prep.examples import Example
 from thinkrl.data.prep.reading import InputRecord, read_records, text_field
+from thinkrl.errors import UserError
 
 DATA_SOURCE = "openai/gsm8k"
 ABILITY = "math"
@@ -19,11 +20,11 @@ INSTRUCTION = synthetic.INSTRUCTION
 
 def final_answer(record: InputRecord, answer: str) -> str:
     if "####" not in answer:
-        raise ValueError(f"{record.where}: the field 'answer' has no '#### <final answer>' "
+        raise UserError(f"{record.where}: the field 'answer' has no '#### <final answer>' "
                          "line; GSM8K solutions end with one")
     value = answer.rsplit("####", 1)[1].strip().replace(",", "")
     if not value:
-        raise ValueError(f"{record.where}: the field 'answer' has nothing after '####'")
+        raise UserError(f"{record.where}: the field 'answer' has nothing after '####'")
     return value
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 import yaml
 
 from thinkrl.data.prep.generic import FieldNames
+from thinkrl.errors import UserError
 
 # key -> why thinkrl does not need it (None: it is read)
 KEYS: dict[str, str | None] = {
@@ -76,23 +77,23 @@ def read_dataset_config(path: str | Path) -> DatasetConfig:
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as err:
-        raise ValueError(f"--mindspeed-config {path}: cannot read it ({err})") from None
+        raise UserError(f"--mindspeed-config {path}: cannot read it ({err})") from None
     if not isinstance(raw, dict) or "input" not in raw:
-        raise ValueError(f"{path} is not a MindSpeed-RL dataset config (configs/datasets/*.yaml "
+        raise UserError(f"{path} is not a MindSpeed-RL dataset config (configs/datasets/*.yaml "
                          "with input, output_prefix, prompt_type, map_keys)")
     for key in raw:
         if key not in KEYS:
             close = difflib.get_close_matches(str(key), list(KEYS), n=2, cutoff=0.6)
             hint = f"did you mean {' or '.join(close)}? " if close else ""
-            raise ValueError(f"{path}: unknown key {key!r}; {hint}known: {', '.join(KEYS)}")
+            raise UserError(f"{path}: unknown key {key!r}; {hint}known: {', '.join(KEYS)}")
     handler = raw.get("handler_name", HANDLERS[0])
     if handler not in HANDLERS:
-        raise ValueError(f"{path}: handler_name={handler}: thinkrl reads question/answer records "
+        raise UserError(f"{path}: handler_name={handler}: thinkrl reads question/answer records "
                          f"like {' and '.join(HANDLERS)}; convert this data set with "
                          "`thinkrl prep jsonl` instead")
     prompt_type = str(raw.get("prompt_type", "")).strip()
     if prompt_type not in TEMPLATES:
-        raise ValueError(f"{path}: prompt_type={prompt_type or '(none)'}: thinkrl has "
+        raise UserError(f"{path}: prompt_type={prompt_type or '(none)'}: thinkrl has "
                          f"MindSpeed-RL's {', '.join(TEMPLATES)}; for a tokenizer's own chat "
                          "template use `thinkrl prep ... --template chat`")
     return DatasetConfig(path=path, input=str(raw["input"]),
@@ -108,13 +109,13 @@ def _fields(path: Path, map_keys) -> FieldNames:
         try:
             map_keys = json.loads(map_keys)
         except json.JSONDecodeError as err:
-            raise ValueError(f"{path}: map_keys is not valid JSON ({err}): {map_keys!r}") from None
+            raise UserError(f"{path}: map_keys is not valid JSON ({err}): {map_keys!r}") from None
     if not isinstance(map_keys, dict) or not map_keys.get("prompt") or not map_keys.get("response"):
-        raise ValueError(f"{path}: map_keys must name the prompt and response fields, e.g. "
+        raise UserError(f"{path}: map_keys must name the prompt and response fields, e.g. "
                          '\'{"prompt": "problem", "response": "answer"}\'')
     for unsupported in ("query", "system", "history"):
         if map_keys.get(unsupported):
-            raise ValueError(f"{path}: map_keys.{unsupported}={map_keys[unsupported]!r}: thinkrl "
+            raise UserError(f"{path}: map_keys.{unsupported}={map_keys[unsupported]!r}: thinkrl "
                              "prep reads one question field and one answer field; merge the "
                              f"{unsupported} field into the question first")
     return FieldNames(question=str(map_keys["prompt"]), answer=str(map_keys["response"]))

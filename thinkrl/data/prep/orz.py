@@ -23,6 +23,7 @@ import thinkrl.data.prep.competition_math as competition_math
 from thinkrl.data.prep.generic import FieldNames
 from thinkrl.data.prep.examples import Example
 from thinkrl.data.prep.reading import InputRecord, read_records, text_field
+from thinkrl.errors import UserError
 
 TRAIN_SOURCE = "orz/math"
 EVAL_SOURCE_PREFIX = "orz/"
@@ -40,7 +41,7 @@ def _is_dialogue(value) -> bool:
 def _train_example(record: InputRecord, data_source: str) -> Example:
     turns = record.value
     if not (isinstance(turns, list) and len(turns) >= 2 and all(isinstance(t, dict) for t in turns)):
-        raise ValueError(f"{record.where}: expected a dialogue [{{'from': 'human', 'value': ...}}, "
+        raise UserError(f"{record.where}: expected a dialogue [{{'from': 'human', 'value': ...}}, "
                          "{'from': 'assistant', 'ground_truth': {'value': ...}}] like the "
                          "file's first item")
     question = text_field(InputRecord(turns[0], f"{record.where}, turn 0"), "value")
@@ -53,7 +54,7 @@ def _eval_example(record: InputRecord, data_source: str) -> Example:
     value = record.value
     prompt = value.get("prompt") if isinstance(value, dict) else None
     if not (isinstance(prompt, list) and prompt and isinstance(prompt[0], dict)):
-        raise ValueError(f"{record.where}: expected {{'prompt': [{{'from': 'user', 'value': ...}}], "
+        raise UserError(f"{record.where}: expected {{'prompt': [{{'from': 'user', 'value': ...}}], "
                          "'final_answer': ...}} like the file's first item")
     question = text_field(InputRecord(prompt[0], f"{record.where}, prompt[0]"), "value")
     answer = text_field(record, "final_answer")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from thinkrl.errors import nearest_files
+from thinkrl.errors import nearest_files, UserError
 
 INPUT_SUFFIXES = (".jsonl", ".json", ".parquet")
 SPLITS = ("train", "test")
@@ -39,10 +39,10 @@ def read_records(path: Path) -> list[InputRecord]:
     elif path.suffix == ".parquet":
         records = _read_parquet(path)
     else:
-        raise ValueError(f"{path}: cannot read a {path.suffix or 'suffix-less'} file; give a "
+        raise UserError(f"{path}: cannot read a {path.suffix or 'suffix-less'} file; give a "
                          f"{', '.join(INPUT_SUFFIXES)} file")
     if not records:
-        raise ValueError(f"{path} holds no records; check that it is the file you meant")
+        raise UserError(f"{path} holds no records; check that it is the file you meant")
     return records
 
 
@@ -56,7 +56,7 @@ def _read_jsonl(path: Path) -> list[InputRecord]:
             try:
                 value = json.loads(line)
             except json.JSONDecodeError as err:
-                raise ValueError(f"{where}: not valid JSON ({err.msg} at column {err.colno}); "
+                raise UserError(f"{where}: not valid JSON ({err.msg} at column {err.colno}); "
                                  "a .jsonl file holds one JSON object per line") from None
             records.append(InputRecord(value=value, where=where))
     return records
@@ -66,10 +66,10 @@ def _read_json_array(path: Path) -> list[InputRecord]:
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
-        raise ValueError(f"{path}, line {err.lineno}: not valid JSON ({err.msg}); if the file "
+        raise UserError(f"{path}, line {err.lineno}: not valid JSON ({err.msg}); if the file "
                          "holds one object per line, name it .jsonl") from None
     if not isinstance(value, list):
-        raise ValueError(f"{path}: expected a JSON array of records, found a "
+        raise UserError(f"{path}: expected a JSON array of records, found a "
                          f"{type(value).__name__}")
     return [InputRecord(value=item, where=f"{path}, item {i}") for i, item in enumerate(value)]
 
@@ -80,7 +80,7 @@ def _read_parquet(path: Path) -> list[InputRecord]:
     try:
         table = pq.read_table(path)
     except Exception as err:  # pyarrow raises several types for a damaged file
-        raise ValueError(f"{path} is not a readable parquet file ({err})") from None
+        raise UserError(f"{path} is not a readable parquet file ({err})") from None
     return [InputRecord(value=row, where=f"{path}, row {i}")
             for i, row in enumerate(table.to_pylist())]
 
@@ -91,10 +91,10 @@ def field(record: InputRecord, name: str) -> Any:
     value = record.value
     for part in name.split("."):
         if not isinstance(value, dict):
-            raise ValueError(f"{record.where}: expected an object with the field {name!r}, "
+            raise UserError(f"{record.where}: expected an object with the field {name!r}, "
                              f"found {_preview(record.value)}")
         if part not in value or value[part] is None:
-            raise ValueError(f"{record.where}: the field {name!r} is missing; the record has "
+            raise UserError(f"{record.where}: the field {name!r} is missing; the record has "
                              f"{sorted(record.value)}")
         value = value[part]
     return value
@@ -105,11 +105,11 @@ def text_field(record: InputRecord, name: str) -> str:
     a ground truth of 72 and "72" are the same answer)."""
     value = field(record, name)
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise ValueError(f"{record.where}: the field {name!r} should be text, found "
+        raise UserError(f"{record.where}: the field {name!r} should be text, found "
                          f"{_preview(value)}")
     text = value if isinstance(value, str) else str(value)
     if not text.strip():
-        raise ValueError(f"{record.where}: the field {name!r} is empty; fix or drop the record")
+        raise UserError(f"{record.where}: the field {name!r} is empty; fix or drop the record")
     return text
 
 
@@ -128,7 +128,7 @@ def find_inputs(inputs: list[str], splits: list[str] | None) -> dict[str, list[P
     (one for all, or one per file) or else from their name.
     """
     if splits and len(splits) not in (1, len(inputs)) and not _all_folders(inputs):
-        raise ValueError(f"--split: give one split for all inputs or one per input; got "
+        raise UserError(f"--split: give one split for all inputs or one per input; got "
                          f"{len(splits)} splits for {len(inputs)} inputs")
     by_split: dict[str, list[Path]] = {}
     for position, item in enumerate(inputs):
@@ -140,7 +140,7 @@ def find_inputs(inputs: list[str], splits: list[str] | None) -> dict[str, list[P
             split = _split_of_file(path, splits, position)
             by_split.setdefault(split, []).append(path)
         else:
-            raise ValueError(f"--input: no such file or folder {path}.{nearest_files(path)}")
+            raise UserError(f"--input: no such file or folder {path}.{nearest_files(path)}")
     return by_split
 
 
@@ -153,7 +153,7 @@ def _split_of_file(path: Path, splits: list[str] | None, position: int) -> str:
         return splits[0] if len(splits) == 1 else splits[position]
     named = _split_named_by(path.name)
     if named is None:
-        raise ValueError(f"--input {path}: its name does not say which split it is; name it "
+        raise UserError(f"--input {path}: its name does not say which split it is; name it "
                          f"with --split {'|'.join(SPLITS)}")
     return named
 
@@ -172,7 +172,7 @@ def _split_files_in(folder: Path, splits: list[str] | None) -> dict[str, list[Pa
     if not found:
         shown = ", ".join(str(p.relative_to(folder)) for p in files[:8]) or "none"
         wanted = "|".join(splits or SPLITS)
-        raise ValueError(f"--input {folder}: no file in it is named {wanted}*"
+        raise UserError(f"--input {folder}: no file in it is named {wanted}*"
                          f"{{{','.join(INPUT_SUFFIXES)}}} (its data files: {shown}). Give the "
                          "files themselves with --input FILE --split NAME.")
     return found

@@ -39,6 +39,7 @@ from typing import Any
 import yaml
 
 from thinkrl.data.prep.examples import Example, to_verl_row
+from thinkrl.errors import UserError
 from thinkrl.rewards.reasoning_gym import DATA_SOURCE_PREFIX, check_installed, rows_answer
 
 INSTRUCTION = "Give your final answer between <answer> and </answer>."
@@ -80,15 +81,15 @@ def parse_tasks(text: str) -> tuple[str, ...]:
     """``"a,b"`` -> ("a", "b"); ValueError naming the closest name of an unknown task."""
     tasks = tuple(t.strip() for t in text.split(",") if t.strip())
     if not tasks:
-        raise ValueError("--tasks: name at least one reasoning-gym task, e.g. --tasks chain_sum,leg_counting")
+        raise UserError("--tasks: name at least one reasoning-gym task, e.g. --tasks chain_sum,leg_counting")
     known = task_names()
     for task in tasks:
         if task not in known:
             close = difflib.get_close_matches(task, known, n=3)
             hint = f"did you mean {', '.join(close)}?" if close else f"known tasks: {', '.join(known)}"
-            raise ValueError(f"--tasks: reasoning-gym has no task {task!r}; {hint}")
+            raise UserError(f"--tasks: reasoning-gym has no task {task!r}; {hint}")
     if len(set(tasks)) != len(tasks):
-        raise ValueError(f"--tasks {text}: a task is named twice")
+        raise UserError(f"--tasks {text}: a task is named twice")
     return tasks
 
 
@@ -100,14 +101,14 @@ def parse_config(text: str | None, tasks: tuple[str, ...]) -> dict[str, dict]:
     try:
         value = yaml.safe_load(path.read_text()) if path.is_file() else json.loads(text)
     except (json.JSONDecodeError, yaml.YAMLError) as err:
-        raise ValueError(f"--config {text[:80]}: neither a JSON object nor a readable file ({err})") from None
+        raise UserError(f"--config {text[:80]}: neither a JSON object nor a readable file ({err})") from None
     if not isinstance(value, dict):
-        raise ValueError(f"--config: expected a JSON object (task -> settings), got {type(value).__name__}")
+        raise UserError(f"--config: expected a JSON object (task -> settings), got {type(value).__name__}")
     known = set(task_names())
     if value and all(key in known for key in value):  # keyed by task
         extra = sorted(set(value) - set(tasks))
         if extra:
-            raise ValueError(f"--config has settings for {', '.join(extra)}, which --tasks does not "
+            raise UserError(f"--config has settings for {', '.join(extra)}, which --tasks does not "
                              "name; add them to --tasks or drop their settings")
         return {task: dict(value.get(task) or {}) for task in tasks}
     return {task: dict(value) for task in tasks}
@@ -116,9 +117,9 @@ def parse_config(text: str | None, tasks: tuple[str, ...]) -> dict[str, dict]:
 def generate(request: GymRequest) -> dict[str, list[dict]]:
     """{"train": rows, "test": rows}: each task's rows in turn, indexed from 0 per split."""
     if request.size < 1 or request.test_size < 0:
-        raise ValueError(f"--size {request.size} / --test-size {request.test_size}: give >= 1 / >= 0 rows per task")
+        raise UserError(f"--size {request.size} / --test-size {request.test_size}: give >= 1 / >= 0 rows per task")
     if request.shots < 0:
-        raise ValueError(f"--shots {request.shots}: give a count >= 0")
+        raise UserError(f"--shots {request.shots}: give a count >= 0")
     rows: dict[str, list[dict]] = {"train": [], "test": []}
     for task in request.tasks:
         settings = request.config.get(task, {})
@@ -163,7 +164,7 @@ def _draw(task: str, settings: dict, *, seed: int, count: int, avoid: set[str]) 
     try:
         dataset = reasoning_gym.create_dataset(task, seed=seed, size=budget, **settings)
     except (TypeError, ValueError, AssertionError) as err:
-        raise ValueError(f"--config for {task}: reasoning-gym refuses {settings} "
+        raise UserError(f"--config for {task}: reasoning-gym refuses {settings} "
                          f"({type(err).__name__}: {err})") from None
     entries, seen = [], set(avoid)
     for index in range(budget):
@@ -174,6 +175,6 @@ def _draw(task: str, settings: dict, *, seed: int, count: int, avoid: set[str]) 
         entries.append(entry)
         if len(entries) == count:
             return entries
-    raise ValueError(f"reasoning-gym task {task} with {settings or 'its default settings'} gave only "
+    raise UserError(f"reasoning-gym task {task} with {settings or 'its default settings'} gave only "
                      f"{len(entries)} distinct questions of the {count} wanted (after {budget} draws); "
                      "ask for fewer rows or widen its settings in --config")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 
 from thinkrl.envs.textarena import DATA_SOURCE_PREFIX, OFFLINE_GAMES, check_installed, first_observation
+from thinkrl.errors import UserError
 
 _SEED_SPAN = 10**6
 
@@ -29,21 +30,21 @@ def parse_games(text: str) -> tuple[str, ...]:
     known = sorted(name[:-len("-raw")] for name in ENV_REGISTRY if name.endswith("-raw"))
     games = tuple(g.strip() for g in text.split(",") if g.strip())
     if not games:
-        raise ValueError(f"--games: name at least one textarena game, e.g. {', '.join(OFFLINE_GAMES[:2])}")
+        raise UserError(f"--games: name at least one textarena game, e.g. {', '.join(OFFLINE_GAMES[:2])}")
     for game in games:
         if game not in known:
             close = difflib.get_close_matches(game, known, n=3)
             hint = f"did you mean {', '.join(close)}?" if close else f"offline games: {', '.join(OFFLINE_GAMES)}"
-            raise ValueError(f"--games: textarena has no game {game!r}; {hint}")
+            raise UserError(f"--games: textarena has no game {game!r}; {hint}")
     return games
 
 
 def generate(games: tuple[str, ...], *, size: int, test_size: int, seed: int) -> dict[str, list[dict]]:
     """{"train": rows, "test": rows}, each game's rows in turn."""
     if size < 1 or test_size < 0:
-        raise ValueError(f"--size {size} / --test-size {test_size}: give >= 1 / >= 0 games per game id")
+        raise UserError(f"--size {size} / --test-size {test_size}: give >= 1 / >= 0 games per game id")
     if size > _SEED_SPAN - test_size:
-        raise ValueError(f"--size {size}: at most {_SEED_SPAN - test_size} games per game id")
+        raise UserError(f"--size {size}: at most {_SEED_SPAN - test_size} games per game id")
     rows: dict[str, list[dict]] = {"train": [], "test": []}
     for game in games:
         starts = {"train": seed * _SEED_SPAN, "test": (seed + 1) * _SEED_SPAN - test_size}
