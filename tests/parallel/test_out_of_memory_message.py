@@ -37,7 +37,10 @@ def test_each_stage_names_its_own_setting_and_other_deaths_stay_as_they_were():
     assert "ppo_micro_batch_size_per_gpu" in memory_fix("update_actor")
     assert "log_prob_micro_batch_size_per_gpu" in memory_fix("old_log_prob")
     assert "trainer.nnodes" in memory_fix("build (load and shard the model)")
-    assert killed_for_memory(RuntimeError("worker killed by the OOM killer"))
+    assert killed_for_memory(RuntimeError("The actor was killed by the memory monitor (ray memory_usage)"))
+    generic = ("Worker unexpectedly exits with a connection error code 2. Some common causes include: (1) "
+               "the process was killed by the OOM killer due to high memory usage, (2) ray stop --force")
+    assert not killed_for_memory(RuntimeError(generic))  # Ray says it of every death
     assert killed_for_memory(type("OutOfMemoryError", (RuntimeError,), {})("CUDA out of memory. Tried to "
                                                                            "allocate 2.00 GiB"))
     assert not killed_for_memory(RuntimeError("connection closed by peer"))

@@ -181,7 +181,7 @@ def test_the_engine_computes_in_the_trainers_dtype_unless_told_otherwise():
 
 def test_asking_for_vllm_without_it_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm -> ImportError
-    with pytest.raises(SetupError, match=r"thinkrl\[vllm\]"):
+    with pytest.raises(SetupError, match=r"pip install -e '\.\[vllm\]'"):
         check_vllm_usable("cpu")
 
 

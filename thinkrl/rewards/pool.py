@@ -229,7 +229,7 @@ class ScoringPool:
                     "that code under `if __name__ == \"__main__\":` (reward workers re-import "
                     "the main script), or set reward.num_workers=0 to score in this process.")
             user_fault = worker.start_error is not None or (alive and worker.building)
-            raise (ValueError if user_fault else RuntimeError)(f"a reward worker {why}")
+            raise (UserError if user_fault else RuntimeError)(f"a reward worker {why}")
         # A replacement holds no task until it is ready, so no sample is lost here.
         self.failed_starts += 1
         self._failed_in_a_row += 1

@@ -290,7 +290,10 @@ class RayWorkerGroup:
             ray.shutdown()
 
 
-_MEMORY_WORDS = re.compile(r"OutOfMemoryError|out of memory|memory monitor|low on memory|\bOOM\b", re.IGNORECASE)
+# Ray's memory monitor, torch's allocator on a device; not Ray's generic list of a dead
+# worker's possible causes, which names the OOM killer for every death
+_MEMORY_WORDS = re.compile(r"OutOfMemoryError|running low on memory|memory monitor|(CUDA|NPU|XPU) out of memory|"
+                           r"out of memory\. Tried to allocate", re.IGNORECASE)
 _FIXES = (  # the first word the stage's name holds picks the fix
     ("update_weights", "lower actor_rollout_ref.rollout.update_weights_bucket_megabytes (vLLM: also "
                        "actor_rollout_ref.rollout.gpu_memory_utilization)"),
