@@ -31,10 +31,7 @@ def _exists(name: str) -> bool:
 def imports_of(path: Path) -> set[str]:
     """The thinkrl modules `path` imports, wherever the statement stands.
     `from thinkrl.a import b` names thinkrl.a (whose __init__ runs first) and,
-    when it is a module, thinkrl.a.b. `from thinkrl import builtin` names
-    thinkrl.builtin alone: the root package's __init__ holds only the Python
-    API's entry points, which import the run's modules when called (as a
-    command does), so it sits above every module, not beside them."""
+    when it is a module, thinkrl.a.b."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -42,8 +39,7 @@ def imports_of(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("thinkrl"):
             for alias in node.names:
                 sub = f"{node.module}.{alias.name}"
-                if node.module != "thinkrl" or not _exists(sub):
-                    found.add(node.module)
+                found.add(node.module)
                 if _exists(sub):
                     found.add(sub)
     return found

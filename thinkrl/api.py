@@ -65,6 +65,7 @@ def train(recipe: str | Path | Mapping[str, Any] | Config | None = None,
           log: Callable[[str], None] = print) -> RunResult:
     """Trains as `thinkrl train` does and returns the run's result and metrics."""
     from thinkrl.commands.train import preflight
+    from thinkrl.metrics import read_metrics
     from thinkrl.trainer import train as train_config
 
     cfg = resolved_config(recipe, overrides, log=log)
@@ -73,7 +74,7 @@ def train(recipe: str | Path | Mapping[str, Any] | Config | None = None,
     result = train_config(cfg, log=log)
     run_dir = Path(result.run_dir)
     return RunResult(run_dir=run_dir, steps=result.steps, first_val=result.first_val,
-                     last_val=result.last_val, metrics=_records(run_dir / "metrics.jsonl"))
+                     last_val=result.last_val, metrics=read_metrics(run_dir))
 
 
 def _as_overrides(overrides: Mapping[str, Any] | Sequence[str]) -> list[str]:
@@ -98,9 +99,3 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     return str(value)
-
-
-def _records(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from thinkrl import builtin
+from thinkrl.builtin import is_builtin, resolve_data_files
 from thinkrl.config import Config
 from thinkrl.data.dataset import Prompt, load_prompts
 from thinkrl.data.images import ImageEncoder
@@ -46,7 +46,7 @@ def prompt_set(cfg: Config, tokenizer, *, files, key: str, template: str, log=pr
     and checked against the data.* length settings; image rows
     with the image processor of `model_path` (default: the config's model)."""
     data = cfg.data
-    return load_prompts(builtin.resolve_data_files(files, log=log), tokenizer, key=key,
+    return load_prompts(resolve_data_files(files, log=log), tokenizer, key=key,
                         template=template, prompt_key=data.prompt_key,
                         reward_fn_key=data.reward_fn_key, max_prompt_length=data.max_prompt_length,
                         filter_overlong=data.filter_overlong_prompts, truncation=data.truncation,
@@ -66,7 +66,7 @@ def run_stop_ids(cfg: Config, tokenizer, generation_config) -> list[int]:
 def run_image_encoder(cfg, tokenizer, *, model_path: str | None = None) -> ImageEncoder | None:
     """The image encoder of the run's model; None for a text-only model."""
     path = model_path or cfg.actor_rollout_ref.model.path
-    if builtin.is_builtin(path) or not is_vision_model(path):
+    if is_builtin(path) or not is_vision_model(path):
         return None
     return ImageEncoder.from_model(path, tokenizer, min_pixels=cfg.data.min_pixels,
                                    max_pixels=cfg.data.max_pixels,

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from thinkrl import builtin
+from thinkrl.builtin import resolve_model_path
 from thinkrl.algos.advantages import build_advantage_estimator
 from thinkrl.algos.kl_control import KLController
 from thinkrl.algos.rollout_correction import RolloutCorrection
@@ -72,7 +72,7 @@ def _assemble(cfg: Config, sizes: DerivedSizes, *, log=print) -> Run:
         log(f"note: {note}")
     torch.manual_seed(cfg.trainer.seed)
     import_external_lib(cfg)
-    model_path = builtin.resolve_model_path(cfg.actor_rollout_ref.model.path, log=log)
+    model_path = resolve_model_path(cfg.actor_rollout_ref.model.path, log=log)
     check_model(cfg, model_path)
     tokenizer = run_tokenizer(cfg, model_path)
     data = cfg.data

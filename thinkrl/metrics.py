@@ -208,6 +208,14 @@ class MetricsLog:
             sink.close()
 
 
+def read_metrics(run_dir: Path) -> list[dict]:
+    """Every record of a run's metrics.jsonl, in order; [] when there is none yet."""
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def _records_up_to(path: Path, step: int) -> list[dict]:
     """Rewrite metrics.jsonl (atomically) with only its records of steps <=
     `step`, and return them. A torn last line (a crash mid-write) is dropped."""

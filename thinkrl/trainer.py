@@ -16,7 +16,6 @@ import contextlib
 
 from dataclasses import dataclass
 
-from thinkrl import progress
 from thinkrl.build import build_run
 from thinkrl.checkpoint.resume import should_save
 from thinkrl.checkpoint.state import save_checkpoint
@@ -26,6 +25,7 @@ from thinkrl.evaluation import run_validation
 from thinkrl.generations import log_train_generations, log_val_generations
 from thinkrl.guard import DivergenceGuard
 from thinkrl.metrics import StageTimer, breakdown_metrics, rollout_metrics, throughput_metrics
+from thinkrl.progress import listening
 from thinkrl.preflight import busy_machine_note
 from thinkrl.run import Progress, Run
 from thinkrl.stages.advantages import compute_advantages, rollout_drift, shaped_rewards
@@ -202,7 +202,7 @@ class ProgressBar:
         self.bar.update(1)
 
     def listening(self):
-        return progress.listening(self.detail) if self.bar is not None else contextlib.nullcontext()
+        return listening(self.detail) if self.bar is not None else contextlib.nullcontext()
 
     def close(self) -> None:
         if self.bar is not None:

@@ -25,7 +25,7 @@ from typing import Iterator
 
 from thinkrl.atomic import atomic_write_text, fsync_dir, fsync_file
 from thinkrl.checkpoint.verify import FILES_KEY, MARKER, DamagedCheckpoint, file_digests, newest_intact, verify_checkpoint
-from thinkrl.errors import is_disk_full, UserError
+from thinkrl.errors import UserError, is_disk_full
 
 TRACKER = "latest_checkpointed_iteration.txt"
 _NAME = re.compile(r"^global_step_(\d+)$")

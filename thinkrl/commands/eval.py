@@ -245,13 +245,13 @@ def model_folder(path: str, *, log=print) -> str:
     given; a checkpoint (`global_step_N`) or a run directory (its latest
     complete checkpoint, as `thinkrl export` finds it) gives the checkpoint's
     Hugging Face weights."""
-    from thinkrl import builtin
+    from thinkrl.builtin import is_builtin, resolve_model_path
     from thinkrl.checkpoint.adapter import is_adapter_checkpoint
     from thinkrl.checkpoint.sharded import ACTOR_DIR, is_sharded_checkpoint
     from thinkrl.checkpoint.store import resolve_checkpoint
 
-    if builtin.is_builtin(path):
-        return builtin.resolve_model_path(path, log=log)
+    if is_builtin(path):
+        return resolve_model_path(path, log=log)
     local = Path(path).expanduser()
     if not local.exists():
         if path.startswith(("/", ".", "~")) or path.count("/") > 1:

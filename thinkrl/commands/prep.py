@@ -176,12 +176,12 @@ def _run_mindspeed(args) -> int:
 def show_prompts(written, *, template: str, count: int, tokenizer_path: str) -> None:
     """The first `count` prompts of each written split, read back with the
     training reader and rendered with the training template code."""
-    from thinkrl import builtin
+    from thinkrl.builtin import resolve_model_path
     from thinkrl.data.files import read_rows
     from thinkrl.data.templates import render_prompt
     from thinkrl.models.loading import load_tokenizer
 
-    tokenizer = load_tokenizer(builtin.resolve_model_path(tokenizer_path, log=print))
+    tokenizer = load_tokenizer(resolve_model_path(tokenizer_path, log=print))
     for item in written:
         rows = read_rows(item.path, prompt_key="prompt", reward_fn_key="data_source")
         for index, row in enumerate(rows[:count]):

@@ -12,7 +12,7 @@ import glob
 import os
 from pathlib import Path
 
-from thinkrl.errors import SetupError, nearest_files, UserError
+from thinkrl.errors import SetupError, UserError, nearest_files
 
 SUFFIXES = (".parquet",)
 

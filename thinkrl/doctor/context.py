@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from thinkrl import builtin
+from thinkrl.builtin import resolve_model_path
 from thinkrl.assets import tokenizer_options, tokenizer_path
 from thinkrl.config.checks import validate
 from thinkrl.config.schema import Config
@@ -72,7 +72,7 @@ class DoctorContext:
     def model_path(self) -> str:
         """actor_rollout_ref.model.path with a `builtin:` name resolved to its folder."""
         try:
-            return builtin.resolve_model_path(self.cfg.actor_rollout_ref.model.path, log=self.log)
+            return resolve_model_path(self.cfg.actor_rollout_ref.model.path, log=self.log)
         except ValueError as err:
             raise NotChecked(f"needs the model: {err}") from None
 

@@ -45,11 +45,11 @@ def _template(ctx: DoctorContext, key: str) -> str:
 
 def _files(ctx: DoctorContext, key: str) -> list[Path]:
     def compute() -> list[Path]:
-        from thinkrl import builtin
+        from thinkrl.builtin import resolve_data_files
         from thinkrl.data.files import resolve_files
 
         try:
-            return resolve_files(builtin.resolve_data_files(_spec(ctx, key), log=ctx.log), key=key)
+            return resolve_files(resolve_data_files(_spec(ctx, key), log=ctx.log), key=key)
         except ValueError:
             raise NotChecked(f"needs readable {key}: see data/files") from None
     return ctx.remember(f"files:{key}", compute)
@@ -91,13 +91,13 @@ def _each_key(name: str, row: Callable[[DoctorContext, str], CheckResult | None]
 
 def check_files(ctx: DoctorContext) -> list[CheckResult]:
     """Every train/val path resolves to existing, non-empty files."""
-    from thinkrl import builtin
+    from thinkrl.builtin import resolve_data_files
     from thinkrl.data.files import resolve_files
 
     results = []
     for key in KEYS:
         try:
-            files = resolve_files(builtin.resolve_data_files(_spec(ctx, key), log=ctx.log), key=key)
+            files = resolve_files(resolve_data_files(_spec(ctx, key), log=ctx.log), key=key)
         except ValueError as err:
             results.append(fail("data/files", *problem_and_fix(err)))
             continue

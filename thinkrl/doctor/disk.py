@@ -66,14 +66,14 @@ def locations(ctx: DoctorContext) -> list[Location]:
                               "Ray's session files and spilled objects go there; a cluster you "
                               "join was started with ray start --temp-dir=... "
                               "--object-spilling-directory=..."))
-    from thinkrl import builtin
+    from thinkrl.builtin import cache_dir, is_builtin
 
     model_path, data_specs = cfg.actor_rollout_ref.model.path, [cfg.data.train_files, cfg.data.val_files]
     specs = [model_path] + [s for spec in data_specs for s in ([spec] if isinstance(spec, str) else spec)]
-    if any(builtin.is_builtin(s) for s in specs):
-        found.append(Location("thinkrl-cache", builtin.cache_dir(), BUILTIN_ASSETS, "built-in model and data",
+    if any(is_builtin(s) for s in specs):
+        found.append(Location("thinkrl-cache", cache_dir(), BUILTIN_ASSETS, "built-in model and data",
                               "export THINKRL_CACHE=/big/disk/thinkrl_cache"))
-    if not builtin.is_builtin(model_path) and not Path(model_path).expanduser().exists():
+    if not is_builtin(model_path) and not Path(model_path).expanduser().exists():
         hf_home = Path(env.get("HF_HUB_CACHE") or env.get("HF_HOME") or "~/.cache/huggingface")
         need, why = _param_bytes(ctx, 2, "the model's bf16 weights, downloaded")
         found.append(Location("hf-cache", hf_home, need, why,

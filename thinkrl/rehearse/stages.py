@@ -12,7 +12,6 @@ are listed as not run.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
 import traceback
@@ -22,7 +21,8 @@ from typing import Callable, Literal
 
 from thinkrl.config.schema import Config
 from thinkrl.doctor.core import CheckResult
-from thinkrl.errors import problem_and_fix, UserError
+from thinkrl.errors import UserError, problem_and_fix
+from thinkrl.metrics import read_metrics
 from thinkrl.rehearse.errors import StageFailed, StageWarning
 from thinkrl.rehearse.plan import (DataSample, Layout, RunArgs, data_overrides, layout_overrides,
                                    local_loggers, model_overrides, rehearsal_layout,
@@ -187,11 +187,11 @@ class Rehearsal:
         return f"{len(judged)} checks ok ({len(self.not_rehearsed)} about the cluster: see below)"
 
     def stage_model(self) -> str:
-        from thinkrl import builtin
+        from thinkrl.builtin import resolve_model_path
         from thinkrl.rehearse.shrink import ShrinkSpec, build_shrunk_model
 
         model = self.real.actor_rollout_ref.model
-        real_path = builtin.resolve_model_path(model.path, log=self.write_log)
+        real_path = resolve_model_path(model.path, log=self.write_log)
         # vLLM's CPU attention takes head_dim 32 and up; the native engine any (16 halves the work)
         spec = ShrinkSpec(head_dim=32 if self.layout.engine == "vllm" else 16)
         shrunk = build_shrunk_model(real_path, self.workdir / "model", spec=spec,
@@ -204,12 +204,12 @@ class Rehearsal:
                 f"({shrunk.summary}); vocabulary, special tokens, rotary and template kept")
 
     def stage_data(self) -> str:
-        from thinkrl import builtin
+        from thinkrl.builtin import resolve_data_files
         from thinkrl.data.files import resolve_files
         from thinkrl.rehearse.checks import check_image_paths, loaded_prompts
 
         data = self.real.data
-        files = {key: resolve_files(builtin.resolve_data_files(getattr(data, key), log=self.write_log),
+        files = {key: resolve_files(resolve_data_files(getattr(data, key), log=self.write_log),
                                     key=f"data.{key}") for key in ("train_files", "val_files")}
         missing = check_image_paths(files["train_files"] + files["val_files"], image_key=data.image_key)
         if missing:
@@ -316,10 +316,3 @@ def names_a_vision_tower(cfg: Config) -> bool:
         return getattr(DoctorContext(cfg).model_config, "vision_config", None) is not None
     except NotChecked:
         return False
-
-
-def read_metrics(run_dir: Path) -> list[dict]:
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from thinkrl.errors import nearest_files, UserError
+from thinkrl.errors import UserError, nearest_files
 
 RewardFunction = Callable[..., "float | dict[str, float]"]
 

@@ -19,7 +19,7 @@ from typing import Callable, ContextManager
 import torch
 from torch import Tensor
 
-from thinkrl import builtin
+from thinkrl.builtin import resolve_model_path
 from thinkrl.algos.gae import value_loss
 from thinkrl.algos.losses import LossScale
 from thinkrl.checkpoint.adapter import load_adapter, refuse_adapter_checkpoint_for_full_run, save_adapter
@@ -126,7 +126,7 @@ def build_critic(spec, *, device: torch.device, autocast: Callable[[], ContextMa
     model of critic.model.path (the actor's model path when unset), sharded over the ranks
     like the actor when there are several, and its optimizer."""
     cfg, critic = spec.cfg, spec.cfg.critic
-    path = spec.model_path if critic.model.path is None else builtin.resolve_model_path(critic.model.path)
+    path = spec.model_path if critic.model.path is None else resolve_model_path(critic.model.path)
     trust = critic.model.trust_remote_code
     options = dict(dtype=torch.float32, override_config=critic.model.override_config,
                    trust_remote_code=cfg.actor_rollout_ref.model.trust_remote_code if trust is None else trust,

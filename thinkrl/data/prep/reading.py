@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from thinkrl.errors import nearest_files, UserError
+from thinkrl.errors import UserError, nearest_files
 
 INPUT_SUFFIXES = (".jsonl", ".json", ".parquet")
 SPLITS = ("train", "test")
