@@ -15,7 +15,10 @@ Run in the venv that has vLLM (`make test-vllm` builds .venv-vllm):
     .venv/bin/python bench/rollout_engines.py --engines native hf --dtype bfloat16
 
 `--dtype bfloat16` runs `native` and `hf` under bfloat16 autocast (vLLM in
-its own bfloat16).
+its own bfloat16). `--eos-share 0.03` (native only) makes the lowest 3 % of
+the vocabulary stop ids instead of running every row to 64 tokens: uneven
+lengths, so finished rows leave the batch as with a real model; tokens/s
+then counts the tokens generated.
 
 Each engine generates once to warm up (vLLM compiles and profiles then),
 then `--repeats` times; the median is reported. vLLM's start-up time is
@@ -86,9 +89,11 @@ class HfGenerate:
         return type("Out", (), {"response_mask": torch.ones_like(responses)})()
 
 
-def time_engine(engine, prompts, repeats: int, autocast=contextlib.nullcontext) -> list[float]:
+def time_engine(engine, prompts, repeats: int, autocast=contextlib.nullcontext,
+                stop: bool = False) -> tuple[list[float], int]:
+    """Seconds of each repeat, and the tokens one call generates."""
     from thinkrl.rollout.base import SamplingParams
-    params = SamplingParams(n=SAMPLES, max_tokens=TOKENS, ignore_eos=True)
+    params = SamplingParams(n=SAMPLES, max_tokens=TOKENS, ignore_eos=not stop)
     with autocast():
         engine.generate(prompts, params)  # warm-up
     seconds = []
@@ -97,8 +102,8 @@ def time_engine(engine, prompts, repeats: int, autocast=contextlib.nullcontext) 
         with autocast():
             out = engine.generate(prompts, params)
         seconds.append(time.perf_counter() - start)
-        assert out.response_mask.sum() == PROMPTS * SAMPLES * TOKENS
-    return seconds
+        assert stop or out.response_mask.sum() == PROMPTS * SAMPLES * TOKENS
+    return seconds, int(out.response_mask.sum())
 
 
 def main() -> None:
@@ -109,7 +114,10 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--eos-share", type=float, default=0.0)
     args = parser.parse_args()
+    if args.eos_share and args.engines != ["native"]:
+        parser.error("--eos-share measures the native engine only (--engines native)")
     from thinkrl.config import Config
     from thinkrl.rollout.native import NativeEngine
 
@@ -125,7 +133,9 @@ def main() -> None:
                 if name == "hf":
                     engine = HfGenerate(model, autocast)
                 elif name == "native":
-                    engine = NativeEngine(model, eos_token_ids=[1], pad_token_id=0, seed=0,
+                    stops = max(1, int(args.eos_share * SIZES[size]["vocab_size"]))
+                    engine = NativeEngine(model, eos_token_ids=list(range(1, 1 + stops)),
+                                          pad_token_id=0, seed=0,
                                           device=torch.device(args.device))
                 else:
                     from thinkrl.rollout.vllm_engine import VllmEngine
@@ -136,15 +146,17 @@ def main() -> None:
                                               eos_token_ids=[1], pad_token_id=0, seed=0,
                                               device_kind=args.device)
                 startup = time.perf_counter() - start
-                seconds = time_engine(engine, prompts, args.repeats,
-                                      autocast if name == "native" else contextlib.nullcontext)
+                seconds, tokens = time_engine(engine, prompts, args.repeats,
+                                              autocast if name == "native" else contextlib.nullcontext,
+                                              stop=bool(args.eos_share))
                 median = statistics.median(seconds)
                 print(json.dumps({
                     "size": size, "engine": name, "device": args.device, "dtype": args.dtype,
+                    "eos_share": args.eos_share, "tokens": tokens,
                     "parameters": sum(p.numel() for p in model.parameters()),
                     "threads": torch.get_num_threads(), "startup_s": round(startup, 2),
                     "seconds": [round(s, 3) for s in seconds], "median_s": round(median, 3),
-                    "tokens_per_s": round(PROMPTS * SAMPLES * TOKENS / median, 1)}), flush=True)
+                    "tokens_per_s": round(tokens / median, 1)}), flush=True)
                 if hasattr(engine, "close"):
                     engine.close()
 

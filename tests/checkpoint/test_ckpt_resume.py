@@ -283,3 +283,33 @@ def test_a_resume_with_a_new_lr_trains_at_the_new_lr(straight, tiny_model_dir, d
                                           "actor_rollout_ref.actor.optim.lr=5e-4"))
     assert any("config differs" in m and "optim.lr: 0.001 -> 0.0005" in m for m in messages)
     assert [r["actor/lr"] for r in records if r["step"] > 1] == [5e-4] * (STEPS - 1)
+
+
+def test_a_weights_only_save_exports_and_refuses_to_resume(straight, tiny_model_dir, data_files,
+                                                           tmp_path):
+    # save_contents=[model]: the actor folder alone, the same weights as the full save's.
+    run_dir = tmp_path / "weights"
+    cfg = _config(tiny_model_dir, data_files, run_dir, "trainer.total_training_steps=2",
+                  "actor_rollout_ref.actor.checkpoint.save_contents=[model]")
+    _, _, messages = _train(cfg)
+    assert any("model: not resumable" in m for m in messages)
+    folder, full = run_dir / "global_step_2", straight[0] / "global_step_2"
+    assert json.loads((folder / "meta.json").read_text())["contents"] == ["model"]
+    assert json.loads((full / "meta.json").read_text())["contents"] == ["model", "optimizer", "extra"]
+    assert not (folder / OPTIMIZER_FILE).exists() and not (folder / TRAINER_STATE_FILE).exists()
+    assert sha256_file(folder / "actor" / "model.safetensors") == sha256_file(
+        full / "actor" / "model.safetensors")
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    assert size < 0.5 * sum(p.stat().st_size for p in full.rglob("*") if p.is_file())
+    assert main(["export", str(run_dir), "--out", str(tmp_path / "hf")]) == 0
+    with pytest.raises(ValueError, match=r"save_contents=\['model'\]: it holds no extra and no "
+                                         r"optimizer state.*thinkrl export"):
+        _train(_config(tiny_model_dir, data_files, run_dir, "trainer.total_training_steps=3"))
+
+
+def test_save_contents_must_name_known_parts_and_the_weights(tiny_model_dir, data_files, tmp_path):
+    for bad in ("[optimizer,extra]", "[model,adam]"):
+        with pytest.raises(ValueError, match=r"checkpoint.save_contents=.*weights only, for export"):
+            from thinkrl.config.checks import validate
+            validate(_config(tiny_model_dir, data_files, tmp_path,
+                             f"actor_rollout_ref.actor.checkpoint.save_contents={bad}"))

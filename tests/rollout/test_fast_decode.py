@@ -1,6 +1,7 @@
-"""The fast decode loop (prefill once per prompt, static KV cache, finished
-rows leaving the batch) against the padded loop it replaces, which
-test_native.py checks against references sharing none of its code.
+"""The slot decoder's batch loop (prefill once per prompt, a cache of slots,
+finished rows leaving the batch: `thinkrl.rollout.continuous.decode`)
+against the padded loop, which test_native.py checks against references
+sharing none of its code.
 
 Shapes: B prompts, G = params.n, N = B*G rows, R response columns.
 """
@@ -10,9 +11,8 @@ import torch
 from transformers import MistralConfig, MistralForCausalLM
 
 from thinkrl.models.lean_decoder import lean_spec
-from thinkrl.rollout import fast_decode
+from thinkrl.rollout import continuous
 from thinkrl.rollout.base import SamplingParams
-from thinkrl.rollout.kv_cache import StaticKVCache
 from thinkrl.rollout.native import NativeEngine
 
 from tests.rollout.test_native import MANY_EOS, PAD, model, prompt_batch  # noqa: F401  (fixture)
@@ -59,7 +59,7 @@ def test_compaction_happened_and_kept_late_rows_exact(model):
     fast, padded = both(model, SamplingParams(n=3, max_tokens=12, temperature=0.7))
     lengths = fast.response_mask.sum(-1)
     assert lengths.min() <= 3 and lengths.max() == 12
-    assert (lengths <= 9).sum() >= fast_decode.COMPACT_SHARE * len(lengths)
+    assert (lengths <= 9).sum() >= continuous.COMPACT_SHARE * len(lengths)
 
 
 def test_sample_rows_draws_like_multinomial_over_all_rows():
@@ -67,28 +67,29 @@ def test_sample_rows_draws_like_multinomial_over_all_rows():
     g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
     full = torch.multinomial(probs, 1, generator=g1)[:, 0]
     rows = torch.tensor([1, 4, 5])
-    part = fast_decode.sample_rows(probs[rows].log(), rows, 6, generator=g2,
+    part = continuous.sample_rows(probs[rows].log(), rows, 6, generator=g2,
                                    probs_of=lambda z: torch.softmax(z, -1))
     assert part.tolist() == full[rows].tolist()
     assert torch.equal(g1.get_state(), g2.get_state())  # the stream stays in step
 
 
-def test_static_cache_writes_repeats_and_drops_rows():
-    cache = StaticKVCache(layers=1, rows=2, kv_heads=1, capacity=4, head_dim=1,
-                          device=torch.device("cpu"))
-    k = torch.tensor([[1.0, 2.0], [3.0, 4.0]]).view(2, 1, 2, 1)  # [N=2, K=1, S=2, D=1]
-    keys, values = cache.write(0, k, -k)
-    assert keys.flatten().tolist() == [1, 2, 3, 4] and cache.length == 0
-    cache.advance()
-    cache.repeat_rows(2)  # rows 0, 0, 1, 1
-    keys, _ = cache.write(0, torch.tensor([5.0, 6.0, 7.0, 8.0]).view(4, 1, 1, 1), k.new_zeros(4, 1, 1, 1))
-    cache.advance()
-    assert keys[:, 0, :, 0].tolist() == [[1, 2, 5], [1, 2, 6], [3, 4, 7], [3, 4, 8]]
-    cache.keep_rows(torch.tensor([1, 3]))
-    assert cache.keys[0, :, 0, :3, 0].tolist() == [[1, 2, 6], [3, 4, 8]]
-    assert cache.length == 3
-    with pytest.raises(AssertionError, match="overflow"):
-        cache.write(0, torch.zeros(2, 1, 2, 1), torch.zeros(2, 1, 2, 1))
+def test_kept_slots_are_renumbered_and_go_on_as_they_were(model):
+    # Compaction (keep) and growth past the preallocated capacity must leave
+    # every kept slot continuing exactly as it would have without them.
+    spec = lean_spec(model)
+    sequences = [torch.tensor([5, 6, 7]), torch.tensor([8, 9]), torch.tensor([3, 4, 5, 6])]
+    whole = continuous.SlotDecoder(spec, slots=3, device=torch.device("cpu"), capacity=4)
+    kept = continuous.SlotDecoder(spec, slots=3, device=torch.device("cpu"), capacity=4)
+    with torch.no_grad():
+        whole.prefill(torch.arange(3), sequences)
+        kept.prefill(torch.arange(3), sequences)
+        kept.keep(torch.tensor([0, 2]))
+        assert kept.slots == 2 and kept.lengths.tolist() == [3, 4]
+        for token in (11, 12, 13):  # past capacity 4: the cache grows, keeping what it holds
+            expected = whole.step(torch.arange(3), torch.full((3,), token))
+            got = kept.step(torch.arange(2), torch.full((2,), token))
+            assert torch.allclose(got, expected[[0, 2]], atol=1e-5, rtol=0)  # batch size: rounding only
+    assert kept.capacity > 4 and kept.lengths.tolist() == [6, 7]
 
 
 def test_other_architectures_take_the_padded_loop():

@@ -35,14 +35,17 @@ def _trainable_only():
     return StateDictOptions(ignore_frozen_params=True)
 
 
-def save_adapter(model: torch.nn.Module, optimizer: torch.optim.Optimizer, lora: Lora,
+def save_adapter(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, lora: Lora,
                  folder: Path, *, base_model: str, files: RoleFiles = ACTOR_FILES) -> None:
     """The adapter (every trainable tensor: a critic's value head too) as
     PEFT's folder in folder/actor or folder/critic (`files`; written by rank 0
-    from whole tensors), and AdamW's state beside it."""
+    from whole tensors), and AdamW's state beside it (not for a weights-only
+    save: `optimizer` None)."""
     tensors = {name: full_tensor(p.detach()) for name, p in model.named_parameters() if p.requires_grad}
     if rank() == 0:
         lora.save(folder / files.hf_dir, tensors, base_model=base_model)
+    if optimizer is None:
+        return
     if not is_sharded(model):
         torch.save(optimizer.state_dict(), folder / files.optimizer_file)
         return

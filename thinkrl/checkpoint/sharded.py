@@ -49,15 +49,20 @@ def is_sharded_checkpoint(folder: Path, files: RoleFiles = ACTOR_FILES) -> bool:
     return (folder / files.dcp_dir).is_dir()
 
 
-def save_role_shards(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+def save_role_shards(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
                      folder: Path, files: RoleFiles = ACTOR_FILES) -> None:
-    """Each rank writes its shards of the role's weights and AdamW state under
-    folder/`files.dcp_dir` (actor_dcp, critic_dcp)."""
+    """Each rank writes its shards of the role's weights and AdamW state (none
+    for a weights-only save: `optimizer` None) under folder/`files.dcp_dir`
+    (actor_dcp, critic_dcp)."""
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
 
-    model_state, optim_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(folder / files.dcp_dir))
+    if optimizer is None:
+        state = {"model": get_model_state_dict(model)}
+    else:
+        model_state, optim_state = get_state_dict(model, optimizer)
+        state = {"model": model_state, "optim": optim_state}
+    dcp.save(state, checkpoint_id=str(folder / files.dcp_dir))
 
 
 def load_role_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer,

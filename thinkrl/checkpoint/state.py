@@ -19,8 +19,14 @@
                           each rank's accelerator RNGs (device_rng), step and
                           the skipped-updates-in-a-row counter
       config.yaml         the run's config when it was saved
-      meta.json           step, thinkrl version, config digest; written last, it
-                          marks the checkpoint complete
+      meta.json           step, thinkrl version, config digest, what it holds
+                          ("contents"); written last, it marks the checkpoint complete
+
+`actor_rollout_ref.actor.checkpoint.save_contents` (verl's key) leaves out
+the optimizer files ("optimizer") or trainer_state.pt ("extra"): such a
+checkpoint serves `thinkrl export` and `thinkrl eval --model`, and resuming
+from it is refused with the reason (its optimizer or position is not there
+to continue from exactly).
 
 `.pt` files hold only tensors and plain values and are read with
 `torch.load(weights_only=True)`, which refuses to unpickle anything else.
@@ -45,6 +51,8 @@ import yaml
 from thinkrl.checkpoint.rollout_state import check_resumable, rollout_kind
 from thinkrl.checkpoint.sharded import ACTOR_DIR
 from thinkrl.checkpoint.store import MARKER, atomic_checkpoint, kept_on_disk, rotate, step_of
+from thinkrl.config.critic_checks import uses_critic
+from thinkrl.config.keys import ARR
 from thinkrl.config.loading import config_to_dict
 from thinkrl.errors import RunStopped, UserError
 from thinkrl.models.vision import copy_processor_files
@@ -89,8 +97,9 @@ def save_checkpoint(run: Run, progress: Progress, *, log=print) -> Path:
                          f"hold NaN or inf (first: {bad[0]}). {kept_on_disk(run.spec.run_dir)} Lower "
                          "actor_rollout_ref.actor.optim.lr or check the rewards.")
     start = time.perf_counter()
+    contents = saved_contents(run.spec.cfg)
     meta = {"format": FORMAT, "step": progress.step, "thinkrl_version": thinkrl_version(),
-            "config_sha256": config_digest(run.spec.cfg)}
+            "config_sha256": config_digest(run.spec.cfg), "contents": contents}
     actor_state = run.roles.actor.state_dict()
     with atomic_checkpoint(run.spec.run_dir, progress.step, meta) as tmp:
         run.roles.actor.save(tmp)  # weights and optimizer, whole or sharded (checkpoint.sharded)
@@ -98,14 +107,29 @@ def save_checkpoint(run: Run, progress: Progress, *, log=print) -> Path:
             run.roles.critic.save(tmp)
         run.spec.tokenizer.save_pretrained(tmp / ACTOR_DIR)
         copy_processor_files(run.spec.model_path, tmp / ACTOR_DIR)  # VL: the image processor
-        torch.save(_trainer_state(run, progress, actor_state), tmp / TRAINER_STATE_FILE)
+        if "extra" in contents:
+            torch.save(_trainer_state(run, progress, actor_state), tmp / TRAINER_STATE_FILE)
         with (tmp / CONFIG_FILE).open("w") as f:
             yaml.safe_dump(config_to_dict(run.spec.cfg), f, sort_keys=False)
     folder = run.spec.run_dir / f"global_step_{progress.step}"
-    log(f"saved checkpoint {folder} ({time.perf_counter() - start:.2f} s)")
+    what = "" if RESUMABLE <= set(contents) else f", {'+'.join(contents)}: not resumable"
+    log(f"saved checkpoint {folder} ({time.perf_counter() - start:.2f} s{what})")
     rotate(run.spec.run_dir, keep=run.spec.cfg.trainer.max_actor_ckpt_to_keep,
            current_step=progress.step, log=log)
     return folder
+
+
+def saved_contents(cfg) -> list[str]:
+    """What this run's checkpoints hold, from the actor's save_contents and,
+    for the optimizer, the critic's ("hf_model" is "model": the weights are a
+    Hugging Face folder anyway)."""
+    named = {"model" if c == "hf_model" else c for c in cfg.actor_rollout_ref.actor.checkpoint.save_contents}
+    if uses_critic(cfg) and "optimizer" not in cfg.critic.checkpoint.save_contents:
+        named.discard("optimizer")
+    return [c for c in ("model", "optimizer", "extra") if c in named]
+
+
+RESUMABLE = {"model", "optimizer", "extra"}
 
 
 def _trainer_state(run: Run, progress: Progress, actor_state: dict) -> dict:
@@ -131,6 +155,14 @@ def load_checkpoint(run: Run, folder: Path, *, log=print) -> Progress:
     if meta.get("format") != FORMAT:
         raise UserError(f"{folder}: checkpoint format {meta.get('format')} is not the format "
                          f"{FORMAT} this thinkrl ({thinkrl_version()}) reads")
+    missing = RESUMABLE - set(meta.get("contents", RESUMABLE))
+    if missing:
+        raise UserError(
+            f"{folder} was saved with {ARR}.actor.checkpoint.save_contents={meta['contents']}: it holds "
+            f"no {' and no '.join(sorted(missing))} state, so a run cannot resume from it exactly. "
+            f"Use it with `thinkrl export {folder} --out DIR` (then {ARR}.model.path=DIR starts a new "
+            "run from its weights) or `thinkrl eval --model`; to resume, keep the default "
+            "save_contents=[model,optimizer,extra]; to start afresh here, trainer.resume_mode=disable")
     _note_config_changes(run.spec.cfg, folder, meta, log=log)
     state = torch.load(folder / TRAINER_STATE_FILE, map_location="cpu", weights_only=True)
     check_resumable(state, run.spec.cfg, folder)  # before anything is read into the run

@@ -23,6 +23,7 @@ from thinkrl.config.keys import ARR, shown, value_at
 from thinkrl.config.lora_checks import lora_problems
 from thinkrl.config.multi_turn_checks import multi_turn_problems
 from thinkrl.config.schema import Config
+from thinkrl.config.schema_roles import SAVE_CONTENTS
 from thinkrl.config.sizes import DerivedSizes, derive_sizes, micro_size
 from thinkrl.config.verifier_checks import reward_verifier_problems
 from thinkrl.errors import UserError
@@ -73,7 +74,13 @@ _DEPRECATED_PAIRS = tuple((f"{ARR}.{role}.{name}", f"{ARR}.{role}.{name}_per_gpu
     ("ref", "log_prob_micro_batch_size"))) + tuple(
     (f"critic.{name}", f"critic.{name}_per_gpu") for name in ("ppo_micro_batch_size", "forward_micro_batch_size"))
 # key -> (is the value accepted, what to do otherwise)
+_SAVE_CONTENTS_RULE = (
+    lambda v: set(v) <= set(SAVE_CONTENTS) and bool({"model", "hf_model"} & set(v)),
+    f"list what to save from {', '.join(SAVE_CONTENTS)}, the weights included: "
+    "[model,optimizer,extra] (resumable, the default) or [model] (weights only, for export)")
 _RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    f"{ARR}.actor.checkpoint.save_contents": _SAVE_CONTENTS_RULE,
+    "critic.checkpoint.save_contents": _SAVE_CONTENTS_RULE,
     f"{ARR}.actor.clip_ratio": (lambda v: 0 < v < 1, "use a value in (0, 1), e.g. 0.2"),
     f"{ARR}.actor.clip_ratio_low": (lambda v: v is None or v > 0, "use a value in (0, 1), e.g. 0.2, or null"),
     f"{ARR}.actor.clip_ratio_high": (lambda v: v is None or v > 0, "use a value > 0, e.g. 0.28, or null"),

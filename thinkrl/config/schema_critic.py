@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from thinkrl.config.schema_roles import FSDPConfig, OptimConfig
+from thinkrl.config.schema_roles import CheckpointConfig, FSDPConfig, OptimConfig
 
 
 @dataclass
@@ -67,6 +67,9 @@ class CriticConfig:
     """Sharding strategy: "fsdp" or "fsdp2"."""
     rollout_n: int | None = None
     """verl: responses per prompt (mirrors ``actor_rollout_ref.rollout.n``, which is what is used)."""
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """What the critic's checkpoints hold (``save_contents``; its "extra" is
+    in the run's, which the actor's key decides)."""
     optim: CriticOptimConfig = field(default_factory=CriticOptimConfig)
     """Optimizer and schedule of the critic."""
     model: CriticModelConfig = field(default_factory=CriticModelConfig)

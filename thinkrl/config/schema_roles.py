@@ -148,6 +148,22 @@ class PolicyLossConfig:
     """kl_cov: weight of that penalty."""
 
 
+SAVE_CONTENTS = ("model", "optimizer", "extra", "hf_model")
+
+
+@dataclass
+class CheckpointConfig:
+    """What a checkpoint holds (verl's ``checkpoint.save_contents``)."""
+    save_contents: list[str] = field(default_factory=lambda: ["model", "optimizer", "extra"])
+    """"model": the weights (a Hugging Face folder, or shards); "optimizer":
+    AdamW's moments; "extra": the LR schedule, data position and RNG states.
+    A checkpoint resumes only with all three; ``[model]`` alone is a
+    weights-only save, a third of the size in float32 (AdamW keeps two more
+    float32 copies), that ``thinkrl export`` / ``thinkrl eval --model`` take.
+    "hf_model" is accepted as verl spells it: the weights are always saved as
+    a Hugging Face folder (sharded runs: ``thinkrl export`` gathers them)."""
+
+
 @dataclass
 class ActorConfig:
     """The policy update: batching, clipped loss, KL and entropy terms."""
@@ -199,6 +215,8 @@ class ActorConfig:
     """Sharding of the actor."""
     policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
     """The policy loss (``policy_loss.loss_mode``) and its settings."""
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """What the actor's checkpoints hold (``save_contents``)."""
     tau_pos: float = 1.0
     """SAPO: temperature of the soft gate for tokens with a positive advantage."""
     tau_neg: float = 1.05

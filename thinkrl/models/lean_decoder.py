@@ -9,9 +9,10 @@ optimizer, FSDP and checkpoints see nothing new), with
   per call: a copy of the layer's weights, small next to a CPU run's
   activations; a training forward on accelerators or FSDP2 shards takes
   the parameters unconcatenated instead, `split_weights_of`);
-- rotary tables built once per call, not once per layer;
-- an optional key/value cache (`thinkrl.rollout.kv_cache.StaticKVCache`)
-  written in place for decoding.
+- rotary tables built once per call, not once per layer.
+Decoding runs its layers over a key/value cache of slots
+(`thinkrl.rollout.continuous.SlotDecoder`, from `project_qkv`,
+`attend_one` and `finish_layer` here).
 
 Only the plain architecture is covered (`thinkrl.models.lean_spec` says
 None otherwise: sliding windows, scaled RoPE, other activations, remote
@@ -186,8 +187,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
     On a CPU it runs in float32 whatever the autocast dtype: PyTorch's CPU
     attention kernels are slower in bfloat16 than in float32 at these sizes
     (a training forward + backward of the small bench model: 240 vs 160 ms;
-    decode-step scores: 206 vs 57 us, hence the float32 cache of
-    `StaticKVCache` on a CPU), and float32 is the more exact of the two.
+    decode-step scores: 206 vs 57 us, hence `SlotDecoder`'s float32 cache
+    on a CPU), and float32 is the more exact of the two.
     Elsewhere it runs in `attention_dtype`'s choice."""
     dtype, device = q.dtype, q.device.type
     compute = attention_dtype(device, q.dtype, torch.get_autocast_dtype(device)
@@ -210,36 +211,19 @@ def attention_dtype(device_type: str, q_dtype: torch.dtype,
 
 
 def decoder_logits(spec: LeanSpec, input_ids: Tensor, position_ids: Tensor, attn_mask: Tensor | None,
-                   *, keep: int, cache=None, weights: list[FusedWeights] | None = None,
-                   rope: tuple[Tensor, Tensor] | None = None) -> Tensor:
+                   *, keep: int, weights: list[FusedWeights] | None = None) -> Tensor:
     """Logits of the last `keep` positions [N, keep, V] for input_ids [N, S].
 
-    `attn_mask` is a boolean [N, 1, S, S_total] mask (True = attend), or None
-    for plain causal attention over the S new tokens. With `cache`
-    (a StaticKVCache), each layer's keys/values are written into it at its
-    current length and attention runs over everything it holds. `weights`
-    (`fused_weights`) saves concatenating them again in a loop, and `rope`
-    (`rotary_tables` of positions 0..C-1, [1, C, 1, D] each) recomputing
-    the rotary angles."""
+    `attn_mask` is a boolean [N, 1, S, S] mask (True = attend), or None for
+    plain causal attention. `weights`: each layer's (`fused_weights_of`, the
+    default, or `split_weights_of`)."""
     model = spec.model.model
     h = model.embed_tokens(input_ids)  # [N, S, E]
-    s = h.shape[1]
-    if rope is None:
-        cos, sin = rotary_tables(spec, position_ids, h.dtype)
-    else:  # the same values, looked up: [N, S, 1, D]
-        cos, sin = rope[0][0, position_ids], rope[1][0, position_ids]
-    # A decode step (one new token per row over a cache): the mask as an additive bias, once.
-    # (Not the prefill of one-token prompts: the cache is empty then.)
-    bias = (one_query_bias(attn_mask, spec, cache.dtype)
-            if cache is not None and cache.length > 0 and s == 1 and attn_mask is not None
-            else None)
+    cos, sin = rotary_tables(spec, position_ids, h.dtype)
     for index, layer in enumerate(model.layers):
         fused = weights[index] if weights is not None else fused_weights_of(layer)
         q, k, v = project_qkv(spec, layer, fused, h, cos, sin)
-        if cache is not None:
-            k, v = cache.write(index, k, v)
-        out = attention(q, k, v, attn_mask) if bias is None else attend_one(q, k, v, bias)
-        h = finish_layer(layer, fused, h, out, spec.eps)
+        h = finish_layer(layer, fused, h, attention(q, k, v, attn_mask), spec.eps)
     return final_logits(spec, h[:, -keep:])
 
 

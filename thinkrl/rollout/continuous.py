@@ -1,38 +1,55 @@
-"""Continuous batching for plain causal decoders (Llama/Qwen2/Qwen3): a key/value
-cache of fixed slots, each holding one sequence at its own length.
+"""The native engine's decoder for plain causal decoders (Llama/Qwen2/Qwen3):
+a key/value cache of slots, each holding one sequence at its own length, and
+the lean forward (`thinkrl.models.lean_decoder`) over it. One engine, two
+ways to feed it:
 
-`thinkrl.rollout.fast_decode` decodes one batch from start to end: rows that
-finish leave, and the last long response runs alone while the rest wait. Here
-a slot freed by a finished response takes a new prompt at once (`prefill`),
-while the others keep decoding (`step`): every forward works on as many rows
-as there are sequences to continue. Asynchronous training's streaming rollout
-(`thinkrl.async_rollout.stream`) is built on it.
+- a batch (`decode`, what `thinkrl.rollout.native.NativeEngine` runs): each
+  prompt is prefilled once into the first slot of its group and copied to
+  its G - 1 others; every step appends one token to every running slot, and
+  once a quarter of the rows has finished the cache is compacted (`keep`) so
+  that the steps after it work on the rows still running;
+- a stream (continuous batching, `thinkrl.async_rollout.stream`): a slot
+  freed by a finished response takes a new prompt at once (`prefill`) while
+  the others keep decoding (`step` on any subset of the slots).
 
 Each slot stores its sequence from cache position 0, unpadded, so a token's
 position is its index in the slot: position ids, the cache write and the
 attention mask all follow from each slot's length.
 
+Its samples are the padded loop's (`NativeEngine(fast=False)`, the reference
+for every other model): the same tokens under the same generator, log-probs
+equal up to float32 rounding (tests/rollout/test_fast_decode.py).
+
 Shapes: L layers, S slots, K key/value heads, C capacity (tokens a slot can
 hold), D head dim, V vocabulary, n rows of one call, W the longest sequence
-of a prefill.
+of a prefill; for a batch, B prompts, G samples each, N = B * G rows, P
+prompt tokens, R response tokens.
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 from torch import Tensor
 
 from thinkrl.models.lean_decoder import (LeanSpec, attend_one, attention, final_logits, finish_layer,
                                          fused_weights, one_query_bias, project_qkv, rotary_tables)
+from thinkrl.progress import DecodeProgress
 
 _GROW = 64  # capacity added beyond what a call needs when the cache grows
+# A batch is compacted when at least this share of its rows has finished: an
+# index_select of the cache costs about one decode step.
+COMPACT_SHARE = 0.25
 
 
 class SlotDecoder:
     """The slots' cache and the two forwards over it. The model's weights are
     read once into fused copies (`refresh`): call it after they change."""
 
-    def __init__(self, spec: LeanSpec, *, slots: int, device: torch.device) -> None:
+    def __init__(self, spec: LeanSpec, *, slots: int, device: torch.device, capacity: int = 0) -> None:
+        """`capacity`: tokens per slot to allocate up front (a batch knows
+        its longest sequence); the cache grows past it when a call needs more."""
         self.spec, self.slots, self.device = spec, slots, device
         self.lengths = torch.zeros(slots, dtype=torch.long, device=device)
         """Tokens each slot holds (its next token's position)."""
@@ -42,6 +59,8 @@ class SlotDecoder:
         self._rope: tuple[Tensor, Tensor] | None = None
         self._weights = None
         self.refresh()
+        if capacity:
+            self._allocate(capacity, self._cache_dtype())
 
     def refresh(self) -> None:
         """Fuse (and, under autocast, cast) the current weights once."""
@@ -104,6 +123,16 @@ class SlotDecoder:
         self.lengths[rows] += 1
         return final_logits(self.spec, h)[:, -1]
 
+    def keep(self, slots: Tensor) -> None:
+        """Only `slots` (ascending) stay, renumbered 0..len(slots)-1: the
+        steps after it work on views of a smaller cache, not on a gather
+        of the running rows from the whole one every step."""
+        self.slots = len(slots)
+        self.lengths = self.lengths[slots]
+        if self.keys is not None:
+            self.keys = self.keys.index_select(1, slots)
+            self.values = self.values.index_select(1, slots)
+
     def cache_of(self, rows: Tensor) -> dict:
         """Slots `rows`' keys, values and lengths, on the host, with the
         cache's capacity (a checkpoint of the streaming engine)."""
@@ -128,15 +157,21 @@ class SlotDecoder:
         self.lengths[rows] = state["lengths"].to(self.device)
 
     def _ensure(self, needed: int) -> None:
-        """Room for `needed` tokens in every slot (grown, keeping what is held):
-        float32 on a CPU (see `StaticKVCache`), else the autocast dtype, or
-        the model's without autocast."""
-        if needed <= self.capacity:
-            return
+        """Room for `needed` tokens in every slot (grown, keeping what is held)."""
+        if needed > self.capacity:
+            self._allocate(needed + _GROW, self._cache_dtype())
+
+    def _cache_dtype(self) -> torch.dtype:
+        """float32 on a CPU: one-query attention over a bfloat16 cache runs 3x
+        slower there than over a float32 one (206 vs 57 us for scores of 64
+        rows x 4 heads x 60 keys, one thread); elsewhere the autocast dtype,
+        or the model's without autocast."""
         kind = self.device.type
-        dtype = (torch.float32 if kind == "cpu" else torch.get_autocast_dtype(kind)
-                 if torch.is_autocast_enabled(kind) else self.spec.model.model.embed_tokens.weight.dtype)
-        self._allocate(needed + _GROW, dtype)
+        if kind == "cpu":
+            return torch.float32
+        if torch.is_autocast_enabled(kind):
+            return torch.get_autocast_dtype(kind)
+        return self.spec.model.model.embed_tokens.weight.dtype
 
     def _allocate(self, capacity: int, dtype: torch.dtype) -> None:
         """A cache of `capacity` tokens per slot holding what the old one held."""
@@ -151,3 +186,65 @@ class SlotDecoder:
         self.keys, self.values, self.capacity = keys, values, capacity
         self._rope = rotary_tables(spec, torch.arange(capacity, device=self.device)[None],
                                    spec.model.model.embed_tokens.weight.dtype)
+
+
+def decode(spec: LeanSpec, prompt_ids: Tensor, prompt_mask: Tensor, *, samples: int,
+           max_tokens: int, eos: Tensor | None, pad_token_id: int,
+           sample: Callable[[Tensor, Tensor, int], tuple[Tensor, Tensor]],
+           pause: Callable[[int], bool] | None = None) -> tuple[Tensor, Tensor]:
+    """Responses [N, R] and their log-probs [N, R] (pad / 0 after a row's EOS),
+    R the longest response (at most max_tokens), or fewer tokens when
+    `pause(tokens so far)` says to stop early (partial rollout: the caller
+    continues the unfinished rows later).
+
+    prompt_ids, prompt_mask: [B, P] left-padded, on the compute device.
+    eos: the stop ids, or None to ignore EOS (every row runs max_tokens).
+    sample(logits [n, V], rows [n], N): next tokens and log-probs [n] for the
+    running `rows` of the N (`sample_rows` draws the generator as for all N,
+    so what a row samples does not depend on when the others finished)."""
+    b, p = prompt_ids.shape
+    n, device = b * samples, prompt_ids.device
+    decoder = SlotDecoder(spec, slots=n, device=device, capacity=p + max_tokens)
+    firsts = torch.arange(b, device=device) * samples  # each group's first slot
+    logits = decoder.prefill(firsts, [ids[mask.bool()] for ids, mask in zip(prompt_ids, prompt_mask)])
+    if samples > 1:
+        others = torch.arange(n, device=device).view(b, samples)[:, 1:]  # [B, G-1]
+        decoder.copy(firsts.repeat_interleave(samples - 1), others.reshape(-1))
+    logits = logits.repeat_interleave(samples, dim=0)  # [N, V]: identical within a group
+
+    tokens = torch.full((n, max_tokens), pad_token_id, dtype=torch.long, device=device)
+    logprobs = torch.zeros(n, max_tokens, dtype=torch.float32, device=device)
+    active = torch.arange(n, device=device)  # the batch's rows the slots hold, ascending
+    done = torch.zeros(n, dtype=torch.bool, device=device)  # per slot: reached EOS
+    steps = max_tokens
+    told = DecodeProgress(n, max_tokens)
+    for step in range(max_tokens):
+        told.decoded(step + 1, lambda: len(active) - int(done.sum()))
+        token, logprob = sample(logits.float(), active, n)
+        live = ~done
+        tokens[active[live], step], logprobs[active[live], step] = token[live], logprob[live]
+        if eos is not None:
+            done = done | torch.isin(token, eos)
+        if step + 1 == max_tokens or bool(done.all()) or (pause is not None and pause(step + 1)):
+            steps = step + 1  # as the padded loop: R is the longest response, not max_tokens
+            break
+        if bool(done.any()) and done.sum() >= COMPACT_SHARE * len(active):
+            keep = (~done).nonzero()[:, 0]
+            active, token, done = active[keep], token[keep], done[keep]
+            decoder.keep(keep)
+        logits = decoder.step(torch.arange(len(active), device=device), token)
+    return tokens[:, :steps], logprobs[:, :steps]
+
+
+def sample_rows(logits: Tensor, rows: Tensor, total: int, *, generator: torch.Generator,
+                probs_of: Callable[[Tensor], Tensor]) -> Tensor:
+    """torch.multinomial(probs, 1) for the `rows` of a `total`-row batch,
+    drawing the generator exactly as that call on all `total` rows would.
+
+    torch.multinomial samples one token as argmax_v p_v / q_v with q ~ Exp(1)
+    drawn for every [row, v]; drawing q for all rows and keeping the running
+    ones makes the remaining rows' samples independent of finished rows."""
+    probs = probs_of(logits)  # [n, V]
+    q = torch.empty(total, probs.shape[-1], dtype=probs.dtype, device=probs.device)
+    q.exponential_(1, generator=generator)
+    return (probs / q[rows]).argmax(-1)

@@ -8,9 +8,10 @@ padding, explicit position ids), then decode one token per step for every
 unfinished row, reusing the model's KV cache. A row finishes at EOS (unless
 `ignore_eos`) or at `max_tokens`.
 
-Plain Llama/Qwen2/Qwen3 decoders on one process take `thinkrl.rollout.fast_decode`
-instead (a prompt prefilled once for its G samples, a preallocated cache,
-finished rows leaving the batch): the same tokens under the same generator.
+Plain Llama/Qwen2/Qwen3 decoders on one process take the slot decoder of
+`thinkrl.rollout.continuous` instead (a prompt prefilled once for its G
+samples, the lean forward, finished rows leaving the batch): the same tokens
+under the same generator.
 Every other model (remote code, vision-language, FSDP-sharded) takes the
 padded loop here, which stays the reference.
 """
@@ -29,7 +30,7 @@ from thinkrl.progress import DecodeProgress
 from thinkrl.models.forward import forward_accepts, last_logits
 from thinkrl.models.vision import image_kwargs, to_model_positions, with_prompt_positions
 from thinkrl.models.lean_decoder import lean_spec
-from thinkrl.rollout import fast_decode
+from thinkrl.rollout import continuous
 from thinkrl.records import FINISH_LENGTH, FINISH_STOP, PromptBatch, Rollouts
 from thinkrl.rollout.base import SamplingParams
 
@@ -134,7 +135,7 @@ class NativeEngine:
         prompt_ids = prompts.input_ids.repeat_interleave(g, dim=0)  # [N, P]
         prompt_mask = prompts.attention_mask.repeat_interleave(g, dim=0)  # [N, P]
         if self._lean is not None and prompts.model_inputs is None:  # VL: the padded loop
-            response_ids, response_logprobs = fast_decode.decode(
+            response_ids, response_logprobs = continuous.decode(
                 self._lean, prompts.input_ids.to(device), prompts.attention_mask.to(device),
                 samples=g, max_tokens=params.max_tokens, pad_token_id=self.pad_token_id,
                 eos=None if params.ignore_eos else self.eos_token_ids.to(device),
@@ -221,7 +222,7 @@ def sample_tokens(logits: Tensor, params: SamplingParams, generator: torch.Gener
                   rows: Tensor | None = None, total: int = 0) -> tuple[Tensor, Tensor]:
     """Next token and its log-prob under softmax(logits / temperature). [N, V] -> [N], [N].
     With `rows`, `logits` are those rows of a `total`-row batch (the
-    generator is drawn as for all of them: `fast_decode.sample_rows`)."""
+    generator is drawn as for all of them: `continuous.sample_rows`)."""
     if params.greedy:
         token = logits.argmax(-1)
         return token, torch.log_softmax(logits, -1).gather(-1, token[:, None])[:, 0]
@@ -229,7 +230,7 @@ def sample_tokens(logits: Tensor, params: SamplingParams, generator: torch.Gener
     logp = torch.log_softmax(scaled, -1)
     filtered = filter_logits(scaled, top_k=params.top_k, top_p=params.top_p, min_p=params.min_p)
     if rows is not None:
-        token = fast_decode.sample_rows(filtered, rows, total, generator=generator,
+        token = continuous.sample_rows(filtered, rows, total, generator=generator,
                                         probs_of=lambda z: torch.softmax(z, -1))
         return token, logp.gather(-1, token[:, None])[:, 0]
     probs = torch.softmax(filtered, -1)

@@ -61,7 +61,8 @@ class ActorWorker:
         self.policy_loss = build_policy_loss(cfg)  # policy_loss.loss_mode, settings bound
         self.learner = Learner(model, cfg.optim, spec, self._micro_batch_loss, files=ACTOR_FILES,
                                total_steps=total_steps, device=self.device,
-                               autocast=autocast)
+                               autocast=autocast,
+                               save_optimizer="optimizer" in cfg.checkpoint.save_contents)
         self.model.train()
 
     def compute_log_prob(self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor,
@@ -117,7 +118,8 @@ class ActorWorker:
         (folder/actor) and folder/optimizer.pt. With LoRA, the adapter alone
         (`thinkrl.checkpoint.adapter`)."""
         if self.lora is not None:
-            save_adapter(self.model, self.learner.optimizer, self.lora, folder, base_model=self.base_model)
+            save_adapter(self.model, self.learner.optimizer if self.learner.save_optimizer else None,
+                         self.lora, folder, base_model=self.base_model)
             return
         self.learner.save(folder)
         if is_sharded(self.model) and rank() == 0:

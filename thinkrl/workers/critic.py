@@ -56,7 +56,8 @@ class CriticWorker:
         self.learner = Learner(model, cfg.optim,
                                critic_update_spec(cfg, sizes, response_length=response_length),
                                self._micro_batch_loss, files=CRITIC_FILES, total_steps=total_steps,
-                               device=self.device, autocast=autocast)
+                               device=self.device, autocast=autocast,
+                               save_optimizer="optimizer" in cfg.checkpoint.save_contents)
         self.model.train()
 
     def compute_values(self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor,
@@ -102,7 +103,8 @@ class CriticWorker:
         critic.model.path) and folder/critic_optimizer.pt. With LoRA, the adapter
         and the value head (`thinkrl.checkpoint.adapter`)."""
         if self.lora is not None:
-            save_adapter(self.model, self.learner.optimizer, self.lora, folder, base_model=self.base_model,
+            save_adapter(self.model, self.learner.optimizer if self.learner.save_optimizer else None,
+                         self.lora, folder, base_model=self.base_model,
                          files=CRITIC_FILES)
             return
         self.learner.save(folder)

@@ -131,8 +131,10 @@ class Learner:
 
     def __init__(self, model: torch.nn.Module, optim: OptimConfig, spec: UpdateSpec, loss: LossFn, *,
                  files: RoleFiles, total_steps: int, device: torch.device,
-                 autocast: Callable[[], ContextManager] = contextlib.nullcontext) -> None:
+                 autocast: Callable[[], ContextManager] = contextlib.nullcontext,
+                 save_optimizer: bool = True) -> None:
         self.model, self.optim, self.spec, self.loss, self.files = model, optim, spec, loss, files
+        self.save_optimizer = save_optimizer  # checkpoint.save_contents names "optimizer"
         self.device, self.autocast = device, autocast
         self.optimizer = make_adamw(model, optim)
         self.scheduler = make_lr_schedule(self.optimizer, optim, total_steps=total_steps)
@@ -181,14 +183,17 @@ class Learner:
         return metrics
 
     def save(self, folder: Path) -> None:
-        """Weights and AdamW's state in the layout that fits the model
-        (`thinkrl.checkpoint.sharded`): shards under folder/<files.dcp_dir>
-        (every rank calls this), or a Hugging Face folder and the optimizer file."""
+        """Weights and AdamW's state (unless `save_optimizer` is off) in the
+        layout that fits the model (`thinkrl.checkpoint.sharded`): shards under
+        folder/<files.dcp_dir> (every rank calls this), or a Hugging Face
+        folder and the optimizer file."""
+        optimizer = self.optimizer if self.save_optimizer else None
         if is_sharded(self.model):
-            save_role_shards(self.model, self.optimizer, folder, self.files)
+            save_role_shards(self.model, optimizer, folder, self.files)
             return
         self.model.save_pretrained(folder / self.files.hf_dir)
-        torch.save(self.optimizer.state_dict(), folder / self.files.optimizer_file)
+        if optimizer is not None:
+            torch.save(optimizer.state_dict(), folder / self.files.optimizer_file)
 
     def load(self, folder: Path) -> None:
         """Weights and optimizer state of a checkpoint in either layout. The
