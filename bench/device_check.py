@@ -292,27 +292,43 @@ def main() -> int:
 def run_with_deadline(command: list[str], limit: float) -> tuple[int, str]:
     """Run `command` in a session of its own; past `limit` seconds kill it and
     every process it started (a process group can be left by a grandchild
-    that made its own session, so its descendants are found in /proc too).
-    Returns the exit code (-1 past the deadline) and the end of stderr."""
+    that made its own session: this process is their subreaper, so such
+    orphans stay its descendants, found in /proc). What a check leaves
+    running after it ends is killed the same way. Returns the exit code (-1
+    past the deadline) and the end of stderr."""
+    become_subreaper()
     with tempfile.TemporaryFile(mode="w+") as err:
         child = subprocess.Popen(command, stderr=err, text=True, start_new_session=True)
         try:
             code = child.wait(timeout=limit)
         except subprocess.TimeoutExpired:
-            kill_tree(child.pid)
-            child.wait()
-            return -1, f"did not finish within its {limit:.0f} s deadline"
-        finally:
-            kill_tree(child.pid)  # what it left running after it ended
-        err.seek(0)
-        return code, err.read()[-2000:]
+            kill_tree(child.pid, group=True)  # still unreaped: its pid is its own
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=30)  # a process stuck in a driver call may never die
+            code, why = -1, f"did not finish within its {limit:.0f} s deadline"
+        else:
+            err.seek(0)
+            why = err.read()[-2000:]
+        kill_tree(os.getpid(), group=False)  # orphans the check left, re-parented here
+        return code, why
 
 
-def kill_tree(pid: int) -> None:
-    """SIGKILL `pid`'s process group and every descendant of `pid`."""
+def become_subreaper() -> None:
+    """prctl(PR_SET_CHILD_SUBREAPER): orphaned descendants re-parent to this
+    process instead of init (Linux; elsewhere a no-op)."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
+
+
+def kill_tree(pid: int, *, group: bool) -> None:
+    """SIGKILL every descendant of `pid` and, with `group`, its process group
+    (`pid` must then be a live or unreaped child that leads its group)."""
     victims = descendants(pid)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
+    if group:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
     for victim in victims:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(victim, signal.SIGKILL)

@@ -177,6 +177,12 @@ def resume_line(argv: list[str], run_dir: Path | None) -> str:
     if latest is None:
         return (f"No checkpoint was saved in {run_dir} (none was due yet, or trainer.save_freq "
                 f"<= 0): the same command starts over from step 0: thinkrl {shlex.join(argv)}")
+    from thinkrl.checkpoint.resume import missing_for_resume
+
+    if missing_for_resume(latest):
+        return (f"Kept: {latest.name}, the newest checkpoint in {run_dir} (weights only: "
+                f"checkpoint.save_contents), and metrics.jsonl. It cannot be resumed from; export "
+                f"it with: thinkrl export {latest} --out DIR")
     return (f"Kept: {latest.name}, the newest checkpoint in {run_dir}, and metrics.jsonl. "
             f"Resume with: thinkrl {shlex.join(resume_argv(argv))}")
 

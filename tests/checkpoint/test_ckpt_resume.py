@@ -302,9 +302,12 @@ def test_a_weights_only_save_exports_and_refuses_to_resume(straight, tiny_model_
     size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
     assert size < 0.5 * sum(p.stat().st_size for p in full.rglob("*") if p.is_file())
     assert main(["export", str(run_dir), "--out", str(tmp_path / "hf")]) == 0
-    with pytest.raises(ValueError, match=r"save_contents=\['model'\]: it holds no extra and no "
-                                         r"optimizer state.*thinkrl export"):
+    with pytest.raises(ValueError, match=r"holds no optimizer and no extra state.*save_contents"
+                                         r".*thinkrl export"):
         _train(_config(tiny_model_dir, data_files, run_dir, "trainer.total_training_steps=3"))
+    from thinkrl.exits import resume_line
+
+    assert "cannot be resumed from; export it" in resume_line(["train", "--config", "tiny"], run_dir)
 
 
 def test_save_contents_must_name_known_parts_and_the_weights(tiny_model_dir, data_files, tmp_path):
@@ -313,3 +316,20 @@ def test_save_contents_must_name_known_parts_and_the_weights(tiny_model_dir, dat
             from thinkrl.config.checks import validate
             validate(_config(tiny_model_dir, data_files, tmp_path,
                              f"actor_rollout_ref.actor.checkpoint.save_contents={bad}"))
+
+
+def test_a_key_added_since_the_save_at_its_default_is_no_config_change(straight, tmp_path):
+    import yaml
+
+    from thinkrl.checkpoint.state import CONFIG_FILE, _note_config_changes
+
+    saved = yaml.safe_load((straight[0] / "global_step_1" / CONFIG_FILE).read_text())
+    cfg = load_config(saved)  # the run's own config, as resumed with this thinkrl
+    del saved["actor_rollout_ref"]["actor"]["checkpoint"]  # as a checkpoint from before the key
+    (tmp_path / CONFIG_FILE).write_text(yaml.safe_dump(saved))
+    notes: list[str] = []
+    _note_config_changes(cfg, tmp_path, {"config_sha256": "older"}, log=notes.append)
+    assert notes == []
+    cfg.actor_rollout_ref.actor.checkpoint.save_contents = ["model"]
+    _note_config_changes(cfg, tmp_path, {"config_sha256": "older"}, log=notes.append)
+    assert len(notes) == 1 and "save_contents: None -> ['model']" in notes[0]

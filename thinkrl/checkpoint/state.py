@@ -48,11 +48,11 @@ from pathlib import Path
 import torch
 import yaml
 
+from thinkrl.checkpoint.resume import RESUMABLE, refuse_unresumable
 from thinkrl.checkpoint.rollout_state import check_resumable, rollout_kind
 from thinkrl.checkpoint.sharded import ACTOR_DIR
 from thinkrl.checkpoint.store import MARKER, atomic_checkpoint, kept_on_disk, rotate, step_of
 from thinkrl.config.critic_checks import uses_critic
-from thinkrl.config.keys import ARR
 from thinkrl.config.loading import config_to_dict
 from thinkrl.errors import RunStopped, UserError
 from thinkrl.models.vision import copy_processor_files
@@ -112,7 +112,7 @@ def save_checkpoint(run: Run, progress: Progress, *, log=print) -> Path:
         with (tmp / CONFIG_FILE).open("w") as f:
             yaml.safe_dump(config_to_dict(run.spec.cfg), f, sort_keys=False)
     folder = run.spec.run_dir / f"global_step_{progress.step}"
-    what = "" if RESUMABLE <= set(contents) else f", {'+'.join(contents)}: not resumable"
+    what = "" if set(RESUMABLE) <= set(contents) else f", {'+'.join(contents)}: not resumable"
     log(f"saved checkpoint {folder} ({time.perf_counter() - start:.2f} s{what})")
     rotate(run.spec.run_dir, keep=run.spec.cfg.trainer.max_actor_ckpt_to_keep,
            current_step=progress.step, log=log)
@@ -127,9 +127,6 @@ def saved_contents(cfg) -> list[str]:
     if uses_critic(cfg) and "optimizer" not in cfg.critic.checkpoint.save_contents:
         named.discard("optimizer")
     return [c for c in ("model", "optimizer", "extra") if c in named]
-
-
-RESUMABLE = {"model", "optimizer", "extra"}
 
 
 def _trainer_state(run: Run, progress: Progress, actor_state: dict) -> dict:
@@ -155,14 +152,7 @@ def load_checkpoint(run: Run, folder: Path, *, log=print) -> Progress:
     if meta.get("format") != FORMAT:
         raise UserError(f"{folder}: checkpoint format {meta.get('format')} is not the format "
                          f"{FORMAT} this thinkrl ({thinkrl_version()}) reads")
-    missing = RESUMABLE - set(meta.get("contents", RESUMABLE))
-    if missing:
-        raise UserError(
-            f"{folder} was saved with {ARR}.actor.checkpoint.save_contents={meta['contents']}: it holds "
-            f"no {' and no '.join(sorted(missing))} state, so a run cannot resume from it exactly. "
-            f"Use it with `thinkrl export {folder} --out DIR` (then {ARR}.model.path=DIR starts a new "
-            "run from its weights) or `thinkrl eval --model`; to resume, keep the default "
-            "save_contents=[model,optimizer,extra]; to start afresh here, trainer.resume_mode=disable")
+    refuse_unresumable(folder)  # checked at start already; a folder given here directly too
     _note_config_changes(run.spec.cfg, folder, meta, log=log)
     state = torch.load(folder / TRAINER_STATE_FILE, map_location="cpu", weights_only=True)
     check_resumable(state, run.spec.cfg, folder)  # before anything is read into the run
@@ -190,8 +180,13 @@ def _note_config_changes(cfg, folder: Path, meta: dict, *, log) -> None:
         return
     saved = flat_config(yaml.safe_load((folder / CONFIG_FILE).read_text()) or {})
     now = flat_config(config_to_dict(cfg))
+    # A key added to thinkrl after the save, at its default, is no change.
+    defaults = flat_config(config_to_dict(type(cfg)()))
     changed = sorted(k for k in saved.keys() | now.keys()
-                     if k not in _PLACE_KEYS and saved.get(k) != now.get(k))
+                     if k not in _PLACE_KEYS and saved.get(k) != now.get(k)
+                     and not (k not in saved and now.get(k) == defaults.get(k)))
+    if not changed:  # the digests differ by such keys only
+        return
     shown = ", ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in changed[:8])
     more = f" and {len(changed) - 8} more" if len(changed) > 8 else ""
     log(f"note: the config differs from the one {folder.name} was saved with ({shown}{more}); "
