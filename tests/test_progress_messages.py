@@ -31,3 +31,26 @@ def test_nothing_is_built_when_nobody_listens():
     built = []
     progress.tell(lambda: built.append("text") or "text", force=True)
     assert built == []
+
+
+def test_the_bar_written_to_a_file_draws_once_a_step(capsys):
+    # Not a terminal (CI, `make demo > log`): stages and their progress only change
+    # the text the next step's line shows; each redraw would otherwise be a line.
+    from types import SimpleNamespace
+
+    from thinkrl.trainer import ProgressBar
+
+    cfg = SimpleNamespace(algorithm=SimpleNamespace(adv_estimator="grpo"),
+                          trainer=SimpleNamespace(progress_bar=True))
+    bar = ProgressBar(SimpleNamespace(spec=SimpleNamespace(cfg=cfg, total_steps=2),
+                                      state=SimpleNamespace(progress=SimpleNamespace(step=0))))
+    assert not bar.live
+    before = capsys.readouterr().err
+    for _ in range(50):
+        bar.stage("gen")
+        bar.detail("3/8 tokens")
+    assert capsys.readouterr().err == ""
+    bar.update({"critic/score/mean": 0.5}, {})
+    bar.close()
+    drawn = capsys.readouterr().err
+    assert "1/2" in drawn and "gen" not in drawn and "grpo" in before

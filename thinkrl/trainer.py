@@ -13,6 +13,7 @@ Other estimators and losses are chosen once at build (`thinkrl.algos`);
 from __future__ import annotations
 
 import contextlib
+import sys
 
 from dataclasses import dataclass
 
@@ -173,6 +174,10 @@ class ProgressBar:
     def __init__(self, run: Run) -> None:
         self.bar = None
         self.name, self.current = run.spec.cfg.algorithm.adv_estimator, ""
+        # Stages and their progress redraw the line on a terminal; written to a
+        # file or a pipe (CI, `make demo > log`) every redraw would be a line
+        # of its own, so there the bar shows once per step.
+        self.live = sys.stderr.isatty()
         if run.spec.cfg.trainer.progress_bar:
             from tqdm import tqdm
             self.bar = tqdm(total=run.spec.total_steps, initial=run.state.progress.step,
@@ -182,12 +187,12 @@ class ProgressBar:
         """Show the stage running now (a long step is not a hang: which part it is in shows)."""
         self.current = name
         if self.bar is not None:
-            self.bar.set_description(f"{self.name} [{name}]", refresh=True)
+            self.bar.set_description(f"{self.name} [{name}]", refresh=self.live)
 
     def detail(self, text: str) -> None:
         """How far the stage is (`thinkrl.progress`: tokens and rows, micro-batches)."""
         if self.bar is not None:
-            self.bar.set_description(f"{self.name} [{self.current}: {text}]", refresh=True)
+            self.bar.set_description(f"{self.name} [{self.current}: {text}]", refresh=self.live)
 
     def update(self, metrics: dict, last_val: dict) -> None:
         """Training reward of this step, and the latest validation accuracy."""
