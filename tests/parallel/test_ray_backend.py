@@ -309,3 +309,26 @@ def test_seed_004_launch_line_runs_one_step(asset_cache, tiny_model_dir, tmp_pat
     assert main(["train", "--skip-doctor", *overrides]) == 0
     [record] = _records(tmp_path / "run")
     assert record["step"] == 1 and "actor/kl_loss" in record
+
+
+def test_a_weights_only_sharded_save_exports_the_same_weights(asset_cache, tiny_model_dir, tmp_path):
+    # save_contents=[model] on 2 ranks: the shards of the weights alone (no AdamW
+    # state in actor_dcp/), gathered by export into what a full save gives.
+    from safetensors.torch import load_file
+
+    from thinkrl.cli import main
+
+    folders = {}
+    for name, extra in (("full", ()), ("weights", ("actor_rollout_ref.actor.checkpoint.save_contents=[model]",))):
+        train(_cfg(tiny_model_dir, tmp_path / name, "trainer.n_gpus_per_node=2", "trainer.save_freq=1",
+                   "trainer.total_training_steps=1", *extra), log=lambda *_: None)
+        folders[name] = tmp_path / name / "global_step_1"
+        assert main(["export", str(folders[name]), "--out", str(tmp_path / f"{name}-hf")]) == 0
+    assert json.loads((folders["weights"] / "meta.json").read_text())["contents"] == ["model"]
+    sizes = {name: sum(p.stat().st_size for p in (folder / "actor_dcp").rglob("*") if p.is_file())
+             for name, folder in folders.items()}
+    assert sizes["weights"] < 0.5 * sizes["full"]  # AdamW's two moments are not there
+    full, weights = (load_file(tmp_path / f"{name}-hf" / "model.safetensors") for name in ("full", "weights"))
+    assert full.keys() == weights.keys()
+    for key in full:
+        assert torch.equal(full[key], weights[key]), key
