@@ -162,20 +162,28 @@ def load_run_tokenizer(ctx: DoctorContext):
 
 
 def estimate_param_count(config) -> int:
-    """Parameters of a decoder-only transformer (Llama / Qwen2 / Mistral
-    family: gated MLP, grouped-query attention) from its config.
+    """Parameters of a decoder-only transformer (Llama / Qwen2 / Qwen3 /
+    Mistral family: gated MLP, grouped-query attention; Qwen2-MoE and
+    Qwen3-MoE's expert layers) from its config.
 
         embed  = V*h                 (+ V*h for the LM head unless tied)
         layer  = h*(a*d) + 2*h*(k*d) + (a*d)*h     q, k, v, o projections
                + (a*d + 2*k*d) if q/k/v have biases (Qwen2)
-               + 3*h*i                             gate, up, down
+               + 2*d if queries and keys have their own RMSNorm (Qwen3)
+               + mlp                               (below)
                + 2*h                               two RMSNorms
-        total  = embed + L*layer + h               final norm
+        mlp    = 3*h*i                             gate, up, down (dense layer)
+               = E*3*h*m + h*E                     E experts and the router (MoE layer)
+                 + 3*h*s + h                       a shared expert and its gate (Qwen2-MoE)
+        total  = embed + sum over layers + h       final norm
 
     V vocab_size, h hidden_size, i intermediate_size, L num_hidden_layers,
     a num_attention_heads, k num_key_value_heads, d head_dim (h/a unless
-    given). Multimodal configs count their text model only; mixtures of
-    experts are not modelled (they count one expert).
+    given), E num_experts, m moe_intermediate_size, s
+    shared_expert_intermediate_size. A layer is an MoE layer unless it is in
+    mlp_only_layers or (index + 1) is not a multiple of decoder_sparse_step.
+    Multimodal configs count their text model only. Every expert counts:
+    what is stored and trained, not what one token uses.
     """
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     h, layers, vocab = text.hidden_size, text.num_hidden_layers, text.vocab_size
@@ -186,9 +194,25 @@ def estimate_param_count(config) -> int:
     attention = h * heads * head_dim * 2 + 2 * h * kv_heads * head_dim
     if qkv_bias:
         attention += heads * head_dim + 2 * kv_heads * head_dim
-    layer = attention + 3 * h * text.intermediate_size + 2 * h
+    if text.model_type.startswith("qwen3"):
+        attention += 2 * head_dim
+    mlps = sum(_mlp_param_count(text, index) for index in range(layers))
     embeddings = vocab * h * (1 if getattr(text, "tie_word_embeddings", False) else 2)
-    return embeddings + layers * layer + h
+    return embeddings + layers * (attention + 2 * h) + mlps + h
+
+
+def _mlp_param_count(text, index: int) -> int:
+    """The MLP of layer `index`: dense, or experts with their router (`estimate_param_count`)."""
+    h = text.hidden_size
+    experts = getattr(text, "num_experts", None) or 0
+    expert_size = getattr(text, "moe_intermediate_size", None)
+    step = getattr(text, "decoder_sparse_step", 1) or 1
+    if (not experts or not expert_size or index in (getattr(text, "mlp_only_layers", None) or [])
+            or (index + 1) % step):
+        return 3 * h * text.intermediate_size
+    count = experts * 3 * h * expert_size + h * experts
+    shared = getattr(text, "shared_expert_intermediate_size", None) or 0
+    return count + (3 * h * shared + h if shared else 0)
 
 
 def detect_device_kind(ctx: DoctorContext) -> str:
