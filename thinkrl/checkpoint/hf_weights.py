@@ -25,14 +25,37 @@ def weight_files(folder: Path) -> list[Path]:
 
 
 def read_weights(model: torch.nn.Module, folder: Path) -> dict[str, torch.Tensor]:
-    """The tensors of the Hugging Face folder `folder`, on `model`'s device."""
+    """The tensors of the Hugging Face folder `folder`, on `model`'s device,
+    named as `model` names them."""
     from safetensors.torch import load_file
 
     device = next(model.parameters()).device
     tensors: dict[str, torch.Tensor] = {}
     for path in weight_files(folder):
         tensors.update(load_file(path, device=str(device)))
+    if not tensors.keys() <= model.state_dict().keys():
+        return _converted(model, folder) or tensors
     return tensors
+
+
+def _converted(model: torch.nn.Module, folder: Path) -> dict[str, torch.Tensor] | None:
+    """The folder's weights as transformers' own loading converts them, or
+    None when that does not give `model`'s names either. transformers 5 saves
+    some layers in its checkpoint layout, not the module's (a mixture of
+    experts' fused `experts.gate_up_proj` as one tensor per expert and
+    projection) and converts them back when it loads: the same load, read
+    back (a second copy of the model in host memory, for this one read)."""
+    from thinkrl.models.loading import load_causal_lm
+
+    parameter = next(model.parameters())
+    try:
+        loaded = load_causal_lm(str(folder), dtype=parameter.dtype, device=torch.device("cpu"))
+    except (OSError, ValueError):  # not a causal LM's folder (a critic's value model)
+        return None
+    tensors = loaded.state_dict()
+    if not tensors.keys() <= model.state_dict().keys():
+        return None
+    return {name: tensor.to(parameter.device) for name, tensor in tensors.items()}
 
 
 def copy_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor], folder: Path) -> None:
