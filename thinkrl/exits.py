@@ -38,7 +38,6 @@ from thinkrl.errors import (DiskFull, RunStopped, UserError, WorkerFailed, free_
                             is_failed_write)
 
 
-
 class Terminated(BaseException):
     """SIGTERM arrived (what job schedulers send before they kill): raised in
     the main thread, so that every `finally` runs (workers stopped, the lock

@@ -176,7 +176,7 @@ class ProgressBar:
         self.name, self.current = run.spec.cfg.algorithm.adv_estimator, ""
         # Stages and their progress redraw the line on a terminal; written to a
         # file or a pipe (CI, `make demo > log`) every redraw would be a line
-        # of its own, so there the bar shows once per step.
+        # of its own, so there the bar shows once per step and nothing is told.
         self.live = sys.stderr.isatty()
         if run.spec.cfg.trainer.progress_bar:
             from tqdm import tqdm
@@ -186,13 +186,13 @@ class ProgressBar:
     def stage(self, name: str) -> None:
         """Show the stage running now (a long step is not a hang: which part it is in shows)."""
         self.current = name
-        if self.bar is not None:
-            self.bar.set_description(f"{self.name} [{name}]", refresh=self.live)
+        if self.bar is not None and self.live:
+            self.bar.set_description(f"{self.name} [{name}]", refresh=True)
 
     def detail(self, text: str) -> None:
         """How far the stage is (`thinkrl.progress`: tokens and rows, micro-batches)."""
-        if self.bar is not None:
-            self.bar.set_description(f"{self.name} [{self.current}: {text}]", refresh=self.live)
+        if self.bar is not None and self.live:
+            self.bar.set_description(f"{self.name} [{self.current}: {text}]", refresh=True)
 
     def update(self, metrics: dict, last_val: dict) -> None:
         """Training reward of this step, and the latest validation accuracy."""
@@ -207,7 +207,7 @@ class ProgressBar:
         self.bar.update(1)
 
     def listening(self):
-        return listening(self.detail) if self.bar is not None else contextlib.nullcontext()
+        return listening(self.detail) if self.bar is not None and self.live else contextlib.nullcontext()
 
     def close(self) -> None:
         if self.bar is not None:

@@ -206,12 +206,9 @@ class StreamEngine:
             admitted.append(Group(origin, prompt, sample, slots, *([None] * self.n for _ in range(4))))
         if not admitted:
             return
-        firsts = torch.tensor([g.slots[0] for g in admitted], device=self.tokens.device)
-        logits = self.decoder.prefill(firsts, [g.prompt for g in admitted])  # one per prompt
-        for group, row_logits in zip(admitted, logits):
-            slots = torch.tensor(group.slots, device=self.tokens.device)
-            if self.n > 1:
-                self.decoder.copy(slots[:1].expand(self.n - 1), slots[1:])
+        groups = torch.tensor([g.slots for g in admitted], device=self.tokens.device)  # [B, n]
+        logits = self.decoder.prefill_groups(groups, [g.prompt for g in admitted])  # one per prompt
+        for group, slots, row_logits in zip(admitted, groups, logits):
             self._set_logits(slots, row_logits.expand(self.n, -1))
             for s in group.slots:
                 self.owner[s] = group

@@ -126,7 +126,7 @@ def saved_contents(cfg) -> list[str]:
     named = {"model" if c == "hf_model" else c for c in cfg.actor_rollout_ref.actor.checkpoint.save_contents}
     if uses_critic(cfg) and "optimizer" not in cfg.critic.checkpoint.save_contents:
         named.discard("optimizer")
-    return [c for c in ("model", "optimizer", "extra") if c in named]
+    return [c for c in RESUMABLE if c in named]
 
 
 def _trainer_state(run: Run, progress: Progress, actor_state: dict) -> dict:

@@ -79,11 +79,11 @@ from dataclasses import dataclass, replace
 
 from thinkrl.assets import val_batch_size
 from thinkrl.config.checks import execution_backend
+from thinkrl.config.keys import ARR as _ARR
+from thinkrl.doctor.activations import shared_prompt_activations, shared_prompt_pass
 from thinkrl.doctor.context import DoctorContext, NotChecked
 from thinkrl.doctor.core import CheckResult, fail, gib, ok, warn
-from thinkrl.config.keys import ARR as _ARR
 from thinkrl.doctor.memory_fixes import FIXES
-from thinkrl.doctor.activations import shared_prompt_activations, shared_prompt_pass
 from thinkrl.rollout.vllm_engine import engine_dtype, sleeps
 
 WARN_FRACTION = 0.85
@@ -95,6 +95,8 @@ RUNTIME_BYTES = 400 * 2**20
 """A trainer process's own memory before any model: Python with torch,
 transformers, thinkrl and a tokenizer imported (378 MB resident, measured
 with /usr/bin/time on this 2-core machine; docs/memory.md)."""
+
+
 @dataclass(frozen=True, slots=True)
 class MemoryEstimate:
     """Bytes per device, by term."""

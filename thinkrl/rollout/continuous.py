@@ -93,6 +93,15 @@ class SlotDecoder:
         last = h[torch.arange(len(sequences), device=self.device), lengths - 1]  # [n, E]
         return final_logits(self.spec, last[:, None])[:, 0]
 
+    def prefill_groups(self, slots: Tensor, prompts: list[Tensor]) -> Tensor:
+        """Each prompt (1-D token ids) into the first of its row of `slots`
+        [B, G], prefilled once and copied to the row's other G - 1 slots; the
+        logits of each prompt's next token [B, V], the same for its G slots."""
+        logits = self.prefill(slots[:, 0], prompts)
+        if slots.shape[1] > 1:
+            self.copy(slots[:, :1].expand(-1, slots.shape[1] - 1).reshape(-1), slots[:, 1:].reshape(-1))
+        return logits
+
     def copy(self, source: Tensor, target: Tensor) -> None:
         """Slots `target` take the sequences of slots `source` (a prompt
         prefilled once, copied to the other samples of its group)."""
@@ -205,11 +214,8 @@ def decode(spec: LeanSpec, prompt_ids: Tensor, prompt_mask: Tensor, *, samples: 
     b, p = prompt_ids.shape
     n, device = b * samples, prompt_ids.device
     decoder = SlotDecoder(spec, slots=n, device=device, capacity=p + max_tokens)
-    firsts = torch.arange(b, device=device) * samples  # each group's first slot
-    logits = decoder.prefill(firsts, [ids[mask.bool()] for ids, mask in zip(prompt_ids, prompt_mask)])
-    if samples > 1:
-        others = torch.arange(n, device=device).view(b, samples)[:, 1:]  # [B, G-1]
-        decoder.copy(firsts.repeat_interleave(samples - 1), others.reshape(-1))
+    groups = torch.arange(n, device=device).view(b, samples)  # group i in slots i*G .. i*G+G-1
+    logits = decoder.prefill_groups(groups, [ids[mask.bool()] for ids, mask in zip(prompt_ids, prompt_mask)])
     logits = logits.repeat_interleave(samples, dim=0)  # [N, V]: identical within a group
 
     tokens = torch.full((n, max_tokens), pad_token_id, dtype=torch.long, device=device)
