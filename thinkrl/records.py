@@ -208,6 +208,10 @@ class Rollouts:
     turns: TurnStats | None = None
     """Responses of an environment loop: their environments, turns and
     environment rewards; None when no environment took part (one turn each)."""
+    routed_experts: Tensor | None = None
+    """[N, P + R, L, k] int16: the experts each token was routed to in the
+    rollout, aligned with `sequences()` (router replay R3; zero where no token
+    was fed: padding, the last sampled token); None without."""
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -244,7 +248,10 @@ class Rollouts:
                           if any(p.model_inputs is not None for p in parts) else None),
             response_attention=(torch.cat([pad(p.trajectory_mask, 0) for p in parts])
                                 if any(p.response_attention is not None for p in parts) else None),
-            turns=concat_turns(parts))
+            turns=concat_turns(parts),
+            routed_experts=(torch.cat([torch.nn.functional.pad(
+                p.routed_experts, (0, 0, 0, 0, 0, width - p.response_ids.shape[1])) for p in parts])
+                if all(p.routed_experts is not None for p in parts) else None))
 
     def select(self, rows: Tensor) -> "Rollouts":
         """The responses at `rows` (a LongTensor), widths unchanged."""
@@ -255,7 +262,8 @@ class Rollouts:
                         [self.samples[i] for i in picks],
                         None if self.model_inputs is None else self.model_inputs.select(rows),
                         None if self.response_attention is None else self.response_attention[rows],
-                        None if self.turns is None else self.turns.select(rows))
+                        None if self.turns is None else self.turns.select(rows),
+                        None if self.routed_experts is None else self.routed_experts[rows])
 
     @property
     def response_lengths(self) -> Tensor:  # [N]
@@ -291,6 +299,10 @@ class TrainBatch:
     rollout_is_weights: Tensor | None = None
     """[N, R] algorithm.rollout_is's truncated importance weights pi_trainer /
     pi_rollout (constants), applied to each token's policy loss; None without."""
+    teacher_logprobs: Tensor | None = None
+    """[N, R] log pi_teacher of the sampled tokens (distillation.enabled); None without."""
+    routed_experts: Tensor | None = None
+    """[N, P + R, L, k] the experts the update's forward replays (router replay); None without."""
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -308,7 +320,8 @@ class TrainBatch:
                           self.advantages[index], pick(self.old_logprobs),
                           pick(self.ref_logprobs),
                           None if self.model_inputs is None else self.model_inputs.select(index),
-                          pick(self.rollout_is_weights))
+                          pick(self.rollout_is_weights), pick(self.teacher_logprobs),
+                          pick(self.routed_experts))
 
 
 @dataclass(slots=True)

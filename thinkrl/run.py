@@ -23,13 +23,14 @@ from thinkrl.algos.rollout_correction import RolloutCorrection
 from thinkrl.checkpoint.lock import RunLock
 from thinkrl.checkpoint.store import remove_own_unfinished_saves
 from thinkrl.config import Config
+from thinkrl.config.distill_checks import Teacher
 from thinkrl.config.sizes import DerivedSizes
 from thinkrl.data.dataset import Prompt, PromptLoader
 from thinkrl.metrics import MetricsLog
 from thinkrl.reward_watch import FailureBreaker, ZeroRewardWatch
 from thinkrl.rewards.scorer import RewardScorer
 from thinkrl.rollout.base import SamplingParams
-from thinkrl.workers.roles import PolicyRole, ReferenceRole, RolloutRole, ValueRole
+from thinkrl.workers.roles import PolicyRole, ReferenceRole, RolloutRole, TeacherRole, ValueRole
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,10 @@ class StepSettings:
     """trainer.log_train_generations responses saved ..."""
     generations_every: int
     """... every trainer.generations_log_freq steps."""
+    teachers: tuple[Teacher, ...] = ()
+    """distillation.enabled: the frozen teachers and the rows each scores."""
+    router_replay: str = "disabled"
+    """Mixture-of-experts router replay: disabled, R2 or R3 (`thinkrl.models.routing`)."""
 
     def for_batch(self, *, behind: bool) -> tuple[bool, RolloutCorrection | None]:
         """(off-policy, correction) for one batch: `behind` when any of its
@@ -112,6 +117,8 @@ class Roles:
     """Stops the workers (ray backend)."""
     critic: ValueRole | None = None
     """The value model (algorithm.adv_estimator=gae), or None."""
+    teachers: TeacherRole | None = None
+    """The frozen teachers of on-policy distillation (distillation.enabled), or None."""
 
 
 @dataclass

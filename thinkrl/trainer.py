@@ -31,7 +31,8 @@ from thinkrl.preflight import busy_machine_note
 from thinkrl.run import Progress, Run
 from thinkrl.stages.advantages import compute_advantages, rollout_drift, shaped_rewards
 from thinkrl.stages.critic import actor_updates, critic_values, update_critic
-from thinkrl.stages.logprobs import old_policy_logprobs, reference_logprobs
+from thinkrl.stages.logprobs import old_policy_logprobs, reference_logprobs, update_routes
+from thinkrl.stages.teacher import distillation_metrics, teacher_logprobs
 from thinkrl.stages.update import train_batch, update_actor
 
 MAX_SKIPPED_UPDATES = 3
@@ -131,8 +132,10 @@ def train_step(run: Run, step: int, *, on_stage=None) -> dict[str, float]:
             old_logprobs = old_policy_logprobs(roles.actor, rollouts, sequences,
                                                recompute=settings.recompute_old_logprobs,
                                                from_rollout=settings.old_from_rollout)
+        routes, routing_metrics = update_routes(roles.actor, rollouts, sequences, mode=settings.router_replay)
         with timer("ref"):
             ref_logprobs = reference_logprobs(roles.reference, rollouts, sequences)
+        teacher = teacher_logprobs(roles.teachers, settings.teachers, rollouts, sequences, timer)
         values = critic_values(roles.critic, rollouts, sequences, timer)  # gae only
         with timer("adv"):
             rewards, kl_metrics = shaped_rewards(
@@ -145,12 +148,15 @@ def train_step(run: Run, step: int, *, on_stage=None) -> dict[str, float]:
             is_weights, drift_metrics = rollout_drift(rollouts, old_logprobs, correction=correction)
         batch = train_batch(rollouts, sequences, advantages=advantages, old_logprobs=old_logprobs,
                             ref_logprobs=ref_logprobs, off_policy=off_policy,
-                            kl_loss=settings.kl_loss, rollout_is_weights=is_weights)
+                            kl_loss=settings.kl_loss, rollout_is_weights=is_weights, teacher_logprobs=teacher,
+                            routed_experts=routes)
         critic_metrics = update_critic(roles.critic, batch, returns=estimated.returns,
                                        values=values, timer=timer)
         actor_metrics = update_actor(roles.actor, roles.engine, batch, step=step, timer=timer, updates=actor_updates(
             step, with_critic=roles.critic is not None, critic_warmup=settings.critic_warmup))
+    student = rollouts.rollout_logprobs if old_logprobs is None else old_logprobs
     return {**actor_metrics, **critic_metrics, **kl_metrics, **drift_metrics, **timer.metrics(),
+            **distillation_metrics(rollouts, student, teacher), **routing_metrics,
             **rollout_metrics(rollouts, scores=scored.scores, rewards=rewards, advantages=advantages),
             **breakdown_metrics(rollouts, scores=scored.scores, parts=scored.parts),
             **throughput_metrics(rollouts, step_seconds=timer.seconds["step"],

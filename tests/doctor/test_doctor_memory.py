@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 from doctor_helpers import context
 from transformers import Qwen2Config
 
@@ -193,3 +195,46 @@ def test_the_shared_prompt_pass_by_hand():
     assert e.activations == memory.shared_prompt_activations(
         b=2, prompts=2, p=30, r=34, h=64, f=128, kv=32, layers=2, vocab=1000, c=4, checkpointing=False,
         fused_head=False)
+
+
+def test_distillation_teachers_are_held_like_the_reference_by_hand(tmp_path):
+    # a teacher whose config.json reads: its own parameter count; one that does not: the policy's
+    from thinkrl.doctor.context import estimate_param_count
+
+    teacher = Qwen2Config(vocab_size=1000, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                          num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    teacher.save_pretrained(tmp_path / "teacher")
+    P, T = 100_000, estimate_param_count(teacher)
+    on = ("distillation.enabled=True", f"distillation.teacher_models.teacher_model.model_path={tmp_path / 'teacher'}")
+    e = estimate_memory(_ctx(*on))
+    assert (e.reference, e.teachers) == (4 * P, 4 * T)  # the tiny recipe's KL loss keeps its reference
+    two = estimate_memory(_ctx(*on, "+distillation.teacher_models.teacher_model.key=a",
+                               "+distillation.teacher_models.b.key=b",
+                               "+distillation.teacher_models.b.model_path=builtin:not-built"))
+    assert two.teachers == 4 * T + 4 * P
+    pure = estimate_memory(_ctx(*on, "distillation.distillation_loss.use_task_rewards=False", device="cuda"))
+    assert pure.reference == 0 and pure.teachers == 2 * T  # no KL loss: no reference; bf16 on a GPU
+    assert estimate_memory(_ctx()).teachers == 0
+
+
+def test_a_mixture_of_experts_counts_its_active_experts_and_routing_by_hand():
+    from transformers import Qwen3MoeConfig
+
+    from thinkrl.doctor.activations import mlp_terms
+
+    # 4 layers, layer 1 dense: 3 sparse layers of 8 experts, 2 active of width 16, beside a dense MLP of 128
+    moe = Qwen3MoeConfig(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, num_experts=8, num_experts_per_tok=2,
+                         moe_intermediate_size=16, mlp_only_layers=[1])
+    # f: (3 x 2 x 16 + 1 x 128) / 4 = 56; routing: 3 x (2 x 2 x 64 + 3 x 8) / 4 = 210
+    assert mlp_terms(moe) == (56, 210)
+    assert mlp_terms(CONFIG) == (128, 0)  # dense: its MLP, nothing routed
+    twin = copy.deepcopy(moe)
+    twin.num_experts = 0  # the same model without experts
+
+    def activations(config) -> int:
+        return estimate_memory(context(*RUN, model_config=config, device_kind="cpu",
+                                       param_count=100_000)).activations
+    # the padded formula (use_remove_padding off): routing adds 2 b s x 210 16-bit elements per
+    # layer (b = 2, s = 64), 4 layers, in fp32 here (x 4/2)
+    assert activations(moe) - activations(twin) == 4 * (2 * 2 * 64 * 210) * 4 // 2

@@ -27,8 +27,9 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 
 def test_every_bundled_algorithm_recipe_is_tested():
     bundled = {p.stem for p in Path(recipe_path("tiny")).parent.glob("*.yaml")}
-    # calculator: tests/faults/test_multi_turn_run.py; smol, gym: tests/models/test_smollm2.py
-    assert bundled - {"tiny", "r1_zero", "calculator", "smol", "gym"} == set(ALGORITHM_RECIPES)
+    # calculator: tests/faults/test_multi_turn_run.py; smol, gym: tests/models/test_smollm2.py;
+    # opd: tests/distill/test_distill_run.py
+    assert bundled - {"tiny", "r1_zero", "calculator", "smol", "gym", "opd"} == set(ALGORITHM_RECIPES)
 
 
 @pytest.mark.parametrize("recipe", ALGORITHM_RECIPES)

@@ -13,6 +13,9 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 from thinkrl.models.forward import response_logprobs
 from thinkrl.models.lean_decoder import decoder_logits, lean_spec, padding_attention_mask
 
+from fast_paths import (assert_fast_loop_decodes_greedily, assert_slots_give_transformers_logits,
+                        lean_forward_gradients)
+
 V = 48
 
 
@@ -43,18 +46,7 @@ def test_qwen3_has_a_lean_spec_with_its_qk_norm():
 
 
 def test_lean_forward_logits_and_gradients_equal_transformers():
-    model = _qwen3()
-    ids, mask, pos = _batch()
-    hf = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, -5:]
-    real = mask[:, -5:].bool()
-    hf[real].logsumexp(-1).sum().backward()
-    want = {n: p.grad.clone() for n, p in model.named_parameters()}
-    model.zero_grad()
-    lean = decoder_logits(lean_spec(model), ids, pos, padding_attention_mask(mask, 9), keep=5)
-    lean[real].logsumexp(-1).sum().backward()
-    assert torch.allclose(lean[real], hf[real], atol=1e-5, rtol=1e-5)
-    for name, p in model.named_parameters():
-        assert torch.allclose(p.grad, want[name], atol=1e-5, rtol=1e-4), name
+    lean_forward_gradients(_qwen3(), *_batch())
 
 
 def test_the_shared_prompt_pass_equals_the_padded_forward():
@@ -77,39 +69,8 @@ def test_the_shared_prompt_pass_equals_the_padded_forward():
     assert torch.allclose(shared[real], padded[real], atol=2e-6)
 
 
-@torch.no_grad()
-def _greedy(model, prompt: list[int], steps: int) -> list[int]:
-    seq, out = list(prompt), []
-    for _ in range(steps):
-        token = int(model(input_ids=torch.tensor([seq]), use_cache=False).logits[0, -1].argmax())
-        out.append(token)
-        seq.append(token)
-        if token == 1:
-            break
-    return out
-
-
 def test_the_native_engines_fast_loop_decodes_what_transformers_does():
-    from thinkrl.records import PromptBatch, Sample
-    from thinkrl.rollout.base import SamplingParams
-    from thinkrl.rollout.native import NativeEngine
-
-    model = _qwen3().eval()
-    prompts = [[5, 6, 7, 8], [9, 10, 11, 12, 13, 14], [15, 16]]
-    width = max(map(len, prompts))
-    ids = torch.zeros(3, width, dtype=torch.long)
-    mask = torch.zeros(3, width, dtype=torch.long)
-    for row, p in enumerate(prompts):
-        ids[row, width - len(p):], mask[row, width - len(p):] = torch.tensor(p), 1
-    batch = PromptBatch(input_ids=ids, attention_mask=mask,
-                        samples=[Sample(data_source="s", ground_truth="0", prompt_text="p", index=i)
-                                 for i in range(3)])
-    engine = NativeEngine(model, eos_token_ids=[1], pad_token_id=0)
-    assert engine._lean is not None  # the fast loop, not the padded one
-    out = engine.generate(batch, SamplingParams(n=1, max_tokens=10, temperature=0.0, do_sample=False))
-    for row, p in enumerate(prompts):
-        got = out.response_ids[row][out.response_mask[row].bool()].tolist()
-        assert got == _greedy(model, p, 10), row
+    assert_fast_loop_decodes_greedily(_qwen3().eval())
 
 
 @pytest.mark.parametrize("rank", [4])
@@ -130,25 +91,7 @@ def test_lora_factored_projections_equal_the_merged_model(rank):
 
 
 def test_continuous_batching_slots_give_transformers_logits():
-    from thinkrl.rollout.continuous import SlotDecoder
-
-    model = _qwen3().eval()
-    generator = torch.Generator().manual_seed(0)
-    sequences = [torch.randint(3, V, (n,), generator=generator) for n in (7, 12, 5)]
-
-    def reference(ids: torch.Tensor) -> torch.Tensor:
-        return model(input_ids=ids[None]).logits[0, -1]
-
-    with torch.no_grad():
-        decoder = SlotDecoder(lean_spec(model), slots=3, device=torch.device("cpu"))
-        rows = torch.tensor([0, 1, 2])
-        logits = decoder.prefill(rows, sequences)
-        for step in range(3):
-            token = logits.argmax(-1)
-            sequences = [torch.cat([s, token[i:i + 1]]) for i, s in enumerate(sequences)]
-            logits = decoder.step(rows, token)
-            for i, s in enumerate(sequences):
-                assert torch.allclose(logits[i], reference(s), atol=1e-4), (step, i)
+    assert_slots_give_transformers_logits(_qwen3().eval(), V)
 
 
 def test_the_padding_free_pass_trains_like_the_padded_forward_without_a_note(caplog):

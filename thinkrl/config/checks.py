@@ -19,8 +19,10 @@ from thinkrl.config.choices import (ADV_ESTIMATORS, KL_ESTIMATORS, LOSS_AGG_MODE
                                     near_divisors)
 from thinkrl.config.async_checks import async_problems
 from thinkrl.config.critic_checks import critic_problems, uses_critic
+from thinkrl.config.distill_checks import distillation_problems, needs_reference
 from thinkrl.config.keys import ARR, shown, value_at
 from thinkrl.config.lora_checks import lora_problems
+from thinkrl.config.moe_checks import moe_problems
 from thinkrl.config.multi_turn_checks import multi_turn_problems
 from thinkrl.config.schema import Config
 from thinkrl.config.schema_roles import SAVE_CONTENTS
@@ -160,7 +162,7 @@ def validate(cfg: Config) -> DerivedSizes:
     for key, (unsupported, fix) in _UNSUPPORTED.items():
         if unsupported(value_at(cfg, key)):
             bad(key, fix)
-    with_ref = cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
+    with_ref = needs_reference(cfg) or cfg.distillation.enabled  # the teachers read ref.* too
     for total, per_device in _DEPRECATED_PAIRS:  # verl refuses both too (for the roles it builds)
         built = not (total.startswith("critic.") and not uses_critic(cfg)
                      or total.startswith(f"{ARR}.ref.") and not with_ref)
@@ -205,6 +207,8 @@ def _check_combinations(cfg: Config, bad: Callable[[str, str], None], problems: 
     problems.extend(async_problems(cfg, execution_backend(cfg)))
     problems.extend(multi_turn_problems(cfg))
     problems.extend(lora_problems(cfg))
+    problems.extend(distillation_problems(cfg))
+    problems.extend(moe_problems(cfg))
     _check_truncated_logprobs(cfg, bad)
     pixels = (cfg.data.min_pixels, cfg.data.max_pixels)
     if any(p is not None and p < 28 * 28 for p in pixels):  # one merged patch of 28 x 28

@@ -5,6 +5,7 @@ ignoring it."""
 from __future__ import annotations
 
 from thinkrl.config.checks import execution_backend
+from thinkrl.config.distill_checks import distillation_notes
 from thinkrl.config.keys import ARR, shown, value_at
 from thinkrl.config.loading import flatten_keys
 from thinkrl.config.schema import Config
@@ -40,7 +41,7 @@ def inactive_settings(cfg: Config) -> list[str]:
         for keys, why in family(cfg):
             notes.extend(f"{key}={shown(value_at(cfg, key))} has no effect: {why}" for key in keys
                          if value_at(cfg, key) != value_at(default, key))
-    return notes
+    return notes + distillation_notes(cfg)
 
 
 def _engine_notes(cfg: Config) -> Notes:

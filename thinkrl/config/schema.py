@@ -21,6 +21,7 @@ from thinkrl.config.schema_verl_async import FullyAsyncRolloutConfig  # noqa: F4
 from thinkrl.config.schema_critic import (  # noqa: F401
     CriticConfig, CriticModelConfig, CriticOptimConfig)
 from thinkrl.config.schema_env import EnvConfig  # noqa: F401
+from thinkrl.config.schema_distill import DistillationConfig, DistillationLossConfig  # noqa: F401
 
 
 FILTER_GROUPS_METRICS = ("acc", "score", "seq_reward", "seq_final_reward")
@@ -334,3 +335,5 @@ class Config:
     """verl's fully-async top-level ``rollout.*``: aliases of thinkrl's keys."""
     env: EnvConfig = field(default_factory=EnvConfig)
     """thinkrl: environments of multi-turn rollouts (games, simulated users, tools)."""
+    distillation: DistillationConfig = field(default_factory=DistillationConfig)
+    """On-policy distillation from frozen teachers (verl's ``distillation.*``)."""

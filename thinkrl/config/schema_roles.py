@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from thinkrl.config.schema_moe import MegatronActorConfig, RouterReplayConfig
 from thinkrl.config.schema_multi_turn import MultiTurnConfig
 
 
@@ -227,6 +228,10 @@ class ActorConfig:
     taken against the behaviour policy itself, and the old-log-prob pass is skipped.
     Off (the default in async modes too), pi_old is the trainer's policy before the
     update and ``algorithm.rollout_is`` corrects for the behaviour policy."""
+    router_replay: RouterReplayConfig = field(default_factory=RouterReplayConfig)
+    """Mixture-of-experts policies: replay the experts of another pass (R2, R3)."""
+    megatron: MegatronActorConfig = field(default_factory=MegatronActorConfig)
+    """verl's Megatron spelling of ``router_replay`` (its other keys are not taken)."""
 
 
 @dataclass
@@ -331,6 +336,9 @@ class RolloutConfig:
     """vLLM: silence engine statistics."""
     calculate_log_probs: bool = False
     """Return the engine's own log-probs of sampled tokens (for diagnostics)."""
+    enable_rollout_routing_replay: bool = False
+    """verl: the engine returns each token's experts (router replay R3; thinkrl's
+    native engine records them whenever the actor's router_replay.mode is R3)."""
     update_weights_bucket_megabytes: int = 512
     """vLLM: weights streamed into the engine per call after each actor update (MB)."""
     attest_stride: int = 1

@@ -17,6 +17,29 @@ def shared_prompt_pass(cfg, text_config) -> bool:
     return plain_decoder_config(text_config)
 
 
+def mlp_terms(text_config) -> tuple[int, int]:
+    """(f, extra) per token of the MLP for the activation formulas: f the
+    width its SiLU-gated products keep (a dense MLP: intermediate_size; a
+    mixture of experts: its k active experts, k x moe_intermediate_size), and
+    what routing adds per token in elements: each active expert's copy of the
+    token in and its weighted output out (2 k h), the router's logits and
+    float32 probabilities (about 3 X for X experts). Averaged over the layers
+    when some are dense (mlp_only_layers, decoder_sparse_step)."""
+    experts = getattr(text_config, "num_experts", 0) or 0
+    dense = text_config.intermediate_size
+    if not experts:
+        return dense, 0
+    layers = text_config.num_hidden_layers
+    only = set(getattr(text_config, "mlp_only_layers", None) or [])
+    step = getattr(text_config, "decoder_sparse_step", 1) or 1
+    sparse = sum(1 for i in range(layers) if i not in only and (i + 1) % step == 0)
+    k, h = text_config.num_experts_per_tok, text_config.hidden_size
+    active = k * text_config.moe_intermediate_size + (getattr(text_config, "shared_expert_intermediate_size", 0)
+                                                      or 0)
+    f = (sparse * active + (layers - sparse) * dense) // layers
+    return f, sparse * (2 * k * h + 3 * experts) // layers
+
+
 def shared_prompt_activations(*, b: int, prompts: int, p: int, r: int, h: int, f: int, kv: int,
                               layers: int, vocab: int, c: int, checkpointing: bool, fused_head: bool) -> int:
     """Bytes one micro-batch of `b` responses keeps for its backward in the

@@ -9,6 +9,8 @@ fp32 terms divided by the devices FSDP shards over: 1 on the local backend):
     AdamW        8 P          two fp32 moments
     reference    c P          frozen copy in the compute dtype (fp32 on a CPU), when a
                               KL term is on
+    teachers     c P_t        distillation.enabled: each frozen teacher, held like the
+                              reference (P_t from its config.json; the policy's P when unread)
     activations  L * b*s*h * (34 + 5*a*s/h) * c/2 + b*s*V*(c + 4)
                  per micro-batch of b responses, s = prompt + response
                  tokens, c bytes per compute element (4 fp32, 2 bf16).
@@ -23,6 +25,11 @@ fp32 terms divided by the devices FSDP shards over: 1 on the local backend):
                  decoder, thinkrl's default path) computes each distinct prompt
                  once and the responses beside it: `shared_prompt_activations`
                  gives its terms (counted against autograd's saved tensors).
+                 Mixture of experts (Qwen3-MoE, Qwen2-MoE): P counts every expert (sharded
+                 like any weight); activations count the k active experts' width
+                 (k x moe_intermediate_size for intermediate_size) and per token
+                 2 k h + 3 X more (the tokens' copies in and out of their experts,
+                 the router's logits and probabilities; `activations.mlp_terms`)
     KV cache     2 * L * k * d * s * n_seq * c   + n_seq * V * 4 (sampling logits)
                  n_seq sequences generated at once (train batch x rollout.n,
                  or a validation batch x val_kwargs.n, the larger).
@@ -57,7 +64,7 @@ fp32 terms divided by the devices FSDP shards over: 1 on the local backend):
 
     runtime      0.4 GiB      on a CPU only: the process itself (Python, torch, libraries)
 
-    peak = weights + AdamW + reference + critic (+ runtime)
+    peak = weights + AdamW + reference + teachers + critic (+ runtime)
            + max(gradients + activations, critic update) (+ vLLM share, awake)
            | KV cache + gathered weights + vLLM share + weight sync (the rollout)
            | build
@@ -79,9 +86,10 @@ from dataclasses import dataclass, replace
 
 from thinkrl.assets import val_batch_size
 from thinkrl.config.checks import execution_backend
+from thinkrl.config.distill_checks import needs_reference, teachers_of
 from thinkrl.config.keys import ARR as _ARR
-from thinkrl.doctor.activations import shared_prompt_activations, shared_prompt_pass
-from thinkrl.doctor.context import DoctorContext, NotChecked
+from thinkrl.doctor.activations import mlp_terms, shared_prompt_activations, shared_prompt_pass
+from thinkrl.doctor.context import DoctorContext, NotChecked, estimate_param_count
 from thinkrl.doctor.core import CheckResult, fail, gib, ok, warn
 from thinkrl.doctor.memory_fixes import FIXES
 from thinkrl.rollout.vllm_engine import engine_dtype, sleeps
@@ -110,6 +118,8 @@ class MemoryEstimate:
     """Sequences in flight during generation."""
     critic: int = 0
     """The value model's weights and AdamW state (PPO with a critic)."""
+    teachers: int = 0
+    """The frozen teachers of on-policy distillation, held like the reference."""
     critic_update: int = 0
     """The critic's gradients and the activations of one critic micro-batch."""
     gathered_weights: int = 0
@@ -135,7 +145,7 @@ class MemoryEstimate:
     @property
     def resident(self) -> int:
         """What stays on the device the whole run."""
-        return self.weights + self.optimizer + self.reference + self.critic + self.runtime
+        return self.weights + self.optimizer + self.reference + self.teachers + self.critic + self.runtime
 
     @property
     def phases(self) -> dict[str, int]:
@@ -153,7 +163,8 @@ class MemoryEstimate:
 
     def terms(self) -> dict[str, int]:
         return {"weights": self.weights, "gradients": self.gradients, "AdamW": self.optimizer,
-                "reference": self.reference, "critic": self.critic, "activations": self.activations,
+                "reference": self.reference, "teachers": self.teachers, "critic": self.critic,
+                "activations": self.activations,
                 "critic update": self.critic_update, "KV cache": self.kv_cache,
                 "gathered weights": self.gathered_weights, "vLLM share": self.vllm_share,
                 "weight sync": self.weight_sync, "build": self.build, "runtime": self.runtime}
@@ -181,8 +192,10 @@ def estimate_memory(ctx: DoctorContext, *, capacity: int | None = None) -> Memor
     measured = [ctx.memo.get(f"longest-prompt:{key}") for key in ("data.train_files", "data.val_files")]
     prompt_length = max(measured) if all(isinstance(n, int) for n in measured) else sizes.prompt_length
 
+    f, routing = mlp_terms(text)  # a mixture of experts: its active experts, and the routing
+
     def layer_activations(b: int, checkpointing: bool) -> float:
-        per_layer_16bit = b * s * h * (34 + (0 if accelerator else 5 * heads * s / h))
+        per_layer_16bit = b * s * h * (34 + (0 if accelerator else 5 * heads * s / h)) + 2 * b * s * routing
         if checkpointing:
             return layers * c * b * s * h + per_layer_16bit * c / 2
         return layers * per_layer_16bit * c / 2
@@ -191,7 +204,7 @@ def estimate_memory(ctx: DoctorContext, *, capacity: int | None = None) -> Memor
     if shared_prompt_pass(cfg, text):
         activations = shared_prompt_activations(
             b=b, prompts=min(b, sizes.prompts_per_mini_batch), p=prompt_length, r=sizes.response_length,
-            h=h, f=text.intermediate_size, kv=kv_heads * head_dim, layers=layers, vocab=vocab,
+            h=h, f=f + routing // 4, kv=kv_heads * head_dim, layers=layers, vocab=vocab,
             c=c, checkpointing=arr.model.enable_gradient_checkpointing,
             fused_head=arr.model.use_fused_kernels)
     else:
@@ -217,7 +230,7 @@ def estimate_memory(ctx: DoctorContext, *, capacity: int | None = None) -> Memor
     # each rank generates its share of the prompts (the ray backend splits them)
     seqs = -(-max(train_seqs, val_seqs) // shards)
     kv = 2 * layers * kv_heads * head_dim * s * seqs * c + seqs * vocab * 4
-    with_ref = arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
+    with_ref = needs_reference(cfg)
     # On an accelerator, any fsdp_config offload flag moves the role's sharded
     # weights (and the actor's gradients and AdamW) to the host (FSDP2's
     # CPUOffloadPolicy keeps the three together; `check_host` counts them there).
@@ -236,6 +249,7 @@ def estimate_memory(ctx: DoctorContext, *, capacity: int | None = None) -> Memor
         optimizer=actor_on_device * 8 * trained // shards,
         # kept in the compute dtype on accelerators (fp32 on a CPU)
         reference=ref_on_device * ((4 if not accelerator else c) * params // shards) if with_ref else 0,
+        teachers=ref_on_device * (4 if not accelerator else c) * teacher_params(cfg, params) // shards,
         activations=activations, kv_cache=int(kv), sequences=seqs,
         critic=critic, critic_update=critic_update,
         # rank 0 reads into host memory; a device gets its shards, one tensor at a time
@@ -245,6 +259,21 @@ def estimate_memory(ctx: DoctorContext, *, capacity: int | None = None) -> Memor
         return replace(estimate, gathered_weights=c * params if shards > 1 else 0)
     return replace(estimate, kv_cache=0, **_vllm_terms(ctx, c=c, params=params, hidden=h, vocab=vocab,
                                                        capacity=capacity))
+
+
+def teacher_params(cfg, policy_params: int) -> int:
+    """The parameters of every teacher (distillation.enabled): each from its
+    config.json when it can be read without building or downloading anything,
+    else assumed the policy's size."""
+    total = 0
+    for teacher in teachers_of(cfg):
+        try:
+            from transformers import AutoConfig
+            config = AutoConfig.from_pretrained(teacher.model_path, local_files_only=True)
+            total += estimate_param_count(config)
+        except Exception:  # noqa: BLE001 - a builtin: name, a hub id not cached: the policy's size
+            total += policy_params
+    return total
 
 
 def offloaded(cfg, fsdp_config, accelerator: bool) -> bool:

@@ -17,6 +17,9 @@ FIXES = {
     "reference": f"drop the KL term ({_ARR}.actor.use_kl_loss=False and "
                  "algorithm.use_kl_in_reward=False): the frozen reference copy is then not "
                  f"loaded; or use a smaller model ({_ARR}.model.path)",
+    "teachers": "each distillation teacher is a frozen copy held like the reference: spread it over more "
+                f"devices (trainer.n_gpus_per_node), offload it ({_ARR}.ref.fsdp_config.param_offload=True, "
+                "on an accelerator), or pick a smaller teacher (distillation.teacher_models.NAME.model_path)",
     "activations": f"lower {_ARR}.actor.ppo_micro_batch_size_per_gpu (and "
                    f"{_ARR}.rollout.log_prob_micro_batch_size_per_gpu, "
                    f"{_ARR}.ref.log_prob_micro_batch_size_per_gpu), set "

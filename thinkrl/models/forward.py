@@ -21,6 +21,7 @@ from thinkrl.models.fused_head import head_logprobs
 from thinkrl.models.lean_decoder import LeanSpec, lean_spec
 from thinkrl.models.logprobs import entropy_from_logits, logprobs_from_logits
 from thinkrl.models.micro_batches import agreed_micro_batches, micro_batch_rows
+from thinkrl.models.routing import RouteTape, recording, replaying
 from thinkrl.models.shared_prompt import shared_prompt_hidden, shared_prompt_logits
 from thinkrl.models.vision import image_kwargs, to_model_positions
 from thinkrl.parallel.fsdp import as_forward
@@ -151,17 +152,29 @@ def batched_response_logprobs(model: torch.nn.Module, input_ids: Tensor, attenti
                               device: torch.device | None = None,
                               model_inputs: ModelInputs | None = None,
                               remove_padding: bool = False, fused_head: bool = False,
-                              max_tokens: int | None = None) -> Tensor:
+                              max_tokens: int | None = None, routes: Tensor | None = None,
+                              tape: RouteTape | None = None, record_into: Tensor | None = None) -> Tensor:
     """`response_logprobs` without gradient, through `in_micro_batches`. CPU
-    tensors in, CPU [N, R] out."""
+    tensors in, CPU [N, R] out. With `routes` [N, P + R, L, k] and the model's
+    `tape` (router replay), every pass replays them, in the padded forward
+    (the shared-prompt pass orders tokens otherwise), and tallies how often
+    its own routing agrees. With `record_into` [N, P + R, L, k] (router
+    replay R2) the routes the passes took are written there instead."""
     device = device or next(model.parameters()).device  # offloaded shards: the compute device
+    in_order = routes is None and record_into is None  # else the padded forward: tokens in order
 
     def logprobs(rows: slice) -> Tensor:
-        out, _ = response_logprobs(
-            model, input_ids[rows].to(device), attention_mask[rows].to(device),
-            position_ids[rows].to(device), response_length=response_length,
-            temperature=temperature, remove_padding=remove_padding, fused_head=fused_head,
-            model_inputs=None if model_inputs is None else model_inputs.select(rows))
+        with replaying(tape, None if routes is None else routes[rows], count=True), \
+                recording(tape if record_into is not None else None):
+            ids = input_ids[rows]
+            out, _ = response_logprobs(
+                model, ids.to(device), attention_mask[rows].to(device),
+                position_ids[rows].to(device), response_length=response_length,
+                temperature=temperature, remove_padding=remove_padding and in_order,
+                fused_head=fused_head,
+                model_inputs=None if model_inputs is None else model_inputs.select(rows))
+            if record_into is not None:
+                record_into[rows] = tape.take(ids.numel()).view(*ids.shape, tape.layers, -1).cpu()
         return out
 
     return in_micro_batches(model, logprobs, attention_mask, micro_batch_size=micro_batch_size,

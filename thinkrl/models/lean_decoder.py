@@ -36,8 +36,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from thinkrl.models.lean_moe import ExpertWeights, expert_weights_of, is_sparse_block, sparse_mlp
 from thinkrl.models.lean_spec import LeanSpec, lean_spec  # noqa: F401  (callers import them from here)
 from thinkrl.models.lora import merged_weight
+
 
 def projection_weight(module: torch.nn.Module) -> Tensor:
     """A projection's weight [out, in] as its forward applies it: a plain
@@ -131,10 +133,12 @@ class FusedWeights:
 
     qkv: Tensor | tuple[Tensor, ...]  # [(H + 2K) D, E], or (q, k, v) unconcatenated
     qkv_bias: Tensor | tuple[Tensor, ...] | None
-    gate_up: Tensor | tuple[Tensor, ...]  # [2 I, E], or (gate, up)
+    gate_up: Tensor | tuple[Tensor, ...] | None  # [2 I, E], or (gate, up); None in a sparse layer
     o: Tensor  # [E, H D]
     o_bias: Tensor | None
-    down: Tensor  # [E, I]
+    down: Tensor | None  # [E, I]; None in a sparse layer
+    experts: ExpertWeights | None = None
+    """A mixture-of-experts layer's router and experts (`thinkrl.models.lean_moe`)."""
 
 
 def fused_weights(spec: LeanSpec, dtype: torch.dtype | None = None) -> list[FusedWeights]:
@@ -146,7 +150,7 @@ def fused_weights(spec: LeanSpec, dtype: torch.dtype | None = None) -> list[Fuse
         fused = fused_weights_of(layer)
         if dtype is not None:
             fused = FusedWeights(*(None if w is None else w.to(dtype) for w in (
-                fused.qkv, fused.qkv_bias, fused.gate_up, fused.o, fused.o_bias, fused.down)))
+                fused.qkv, fused.qkv_bias, fused.gate_up, fused.o, fused.o_bias, fused.down, fused.experts)))
         out.append(fused)
     return out
 
@@ -250,11 +254,14 @@ def project_qkv(spec: LeanSpec, layer: torch.nn.Module, fused: FusedWeights, h: 
 def finish_layer(layer: torch.nn.Module, fused: FusedWeights, h: Tensor, attended: Tensor,
                  eps: float) -> Tensor:
     """The rest of a layer after attention: output projection and residual,
-    then the SiLU-gated MLP and residual. attended [N, H, S, D] -> h [N, S, E]."""
+    then the SiLU-gated MLP (or the sparse experts' block) and residual.
+    attended [N, H, S, D] -> h [N, S, E]."""
     n, heads, s, d = attended.shape
     out = attended.transpose(1, 2).reshape(n, s, heads * d)
     h = h + project(out, fused.o, fused.o_bias)
     x = _rms_norm(h, layer.post_attention_layernorm, eps)
+    if fused.experts is not None:
+        return h + sparse_mlp(x, fused.experts, _linear)
     gate, up = _linear(x, fused.gate_up, None).chunk(2, -1)
     return h + project(F.silu(gate) * up, fused.down)
 
@@ -293,8 +300,11 @@ def split_weights_of(layer: torch.nn.Module) -> FusedWeights:
     attn, mlp = layer.self_attn, layer.mlp
     w, b = split_projection, projection_bias
     bias = None if b(attn.q_proj) is None else (b(attn.q_proj), b(attn.k_proj), b(attn.v_proj))
-    return FusedWeights(qkv=(w(attn.q_proj), w(attn.k_proj), w(attn.v_proj)),
-                        qkv_bias=bias, gate_up=(w(mlp.gate_proj), w(mlp.up_proj)),
+    qkv = (w(attn.q_proj), w(attn.k_proj), w(attn.v_proj))
+    if is_sparse_block(mlp):
+        return FusedWeights(qkv=qkv, qkv_bias=bias, gate_up=None, o=w(attn.o_proj), o_bias=b(attn.o_proj),
+                            down=None, experts=expert_weights_of(mlp, fuse=False, weight=w, bias=b))
+    return FusedWeights(qkv=qkv, qkv_bias=bias, gate_up=(w(mlp.gate_proj), w(mlp.up_proj)),
                         o=w(attn.o_proj), o_bias=b(attn.o_proj), down=w(mlp.down_proj))
 
 
@@ -304,6 +314,9 @@ def fused_weights_of(layer: torch.nn.Module) -> FusedWeights:
     w, b = projection_weight, projection_bias
     bias = (None if b(attn.q_proj) is None
             else torch.cat((b(attn.q_proj), b(attn.k_proj), b(attn.v_proj))))
-    return FusedWeights(qkv=torch.cat((w(attn.q_proj), w(attn.k_proj), w(attn.v_proj))),
-                        qkv_bias=bias, gate_up=torch.cat((w(mlp.gate_proj), w(mlp.up_proj))),
+    qkv = torch.cat((w(attn.q_proj), w(attn.k_proj), w(attn.v_proj)))
+    if is_sparse_block(mlp):
+        return FusedWeights(qkv=qkv, qkv_bias=bias, gate_up=None, o=w(attn.o_proj), o_bias=b(attn.o_proj),
+                            down=None, experts=expert_weights_of(mlp, fuse=True, weight=w, bias=b))
+    return FusedWeights(qkv=qkv, qkv_bias=bias, gate_up=torch.cat((w(mlp.gate_proj), w(mlp.up_proj))),
                         o=w(attn.o_proj), o_bias=b(attn.o_proj), down=w(mlp.down_proj))

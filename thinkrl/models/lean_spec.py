@@ -13,8 +13,10 @@ import torch
 # model_type values whose decoder layer is exactly: RMSNorm -> attention with
 # RoPE (q/k/v biases optional) -> residual -> RMSNorm -> SiLU-gated MLP -> residual.
 # Qwen3 adds an RMSNorm over each head's queries and keys before RoPE (q_norm, k_norm).
-_PLAIN_DECODERS = ("llama", "qwen2", "mistral", "qwen3")
-_QK_NORM_DECODERS = ("qwen3",)
+# Qwen3-MoE and Qwen2-MoE are those layers with a sparse block of experts in
+# place of the MLP (`thinkrl.models.lean_moe`; Qwen2-MoE's with a gated shared expert).
+_PLAIN_DECODERS = ("llama", "qwen2", "mistral", "qwen3", "qwen3_moe", "qwen2_moe")
+_QK_NORM_DECODERS = ("qwen3", "qwen3_moe")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,12 +80,21 @@ def _plain_layer(layer: torch.nn.Module) -> bool:
     """Whether every projection is a plain nn.Linear, or a LoRA one over it
     (`_lora_linear`): quantized modules and other adapters compute something
     else from their weights."""
+    from thinkrl.models.lean_moe import is_sparse_block
+
     attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
-    names = (("q_proj", "k_proj", "v_proj", "o_proj"), ("gate_proj", "up_proj", "down_proj"))
     if attn is None or mlp is None:
         return False
+    projections = [(attn, name) for name in ("q_proj", "k_proj", "v_proj", "o_proj")]
+    if hasattr(mlp, "experts") and not is_sparse_block(mlp):
+        return False  # experts wrapped (PEFT's LoRA on their fused parameters): transformers' forward
+    if not is_sparse_block(mlp):
+        projections += [(mlp, name) for name in ("gate_proj", "up_proj", "down_proj")]
+    elif hasattr(mlp, "shared_expert"):  # Qwen2-MoE: a plain MLP beside the experts, and its gate
+        projections += [(mlp.shared_expert, name) for name in ("gate_proj", "up_proj", "down_proj")]
+        projections.append((mlp, "shared_expert_gate"))
     return all(type(getattr(module, name, None)) is torch.nn.Linear or _lora_linear(getattr(module, name))
-               for module, group in zip((attn, mlp), names) for name in group)
+               for module, name in projections)
 
 
 def _lora_linear(module: torch.nn.Module) -> bool:

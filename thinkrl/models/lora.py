@@ -247,6 +247,12 @@ def _check_adapted_layers(lora: Lora, settings: LoraSettings) -> None:
         if not isinstance(module, LoraLayer):
             continue
         base = getattr(module, "base_layer", None)
+        if type(module).__name__ == "ParamWrapper":  # PEFT's LoRA on a fused parameter (MoE experts)
+            raise UserError(
+                f"{settings.key}.target_modules={settings.target_modules!r} adapts {name}, a mixture of "
+                "experts' fused parameters (PEFT maps all-linear and gate/up/down names onto them for "
+                "transformers 5's MoE layers): thinkrl trains LoRA on linear projections only; name the "
+                "attention's, e.g. target_modules=[q_proj,k_proj,v_proj,o_proj]")
         if type(module) is not LoraLinear or type(base) is not torch.nn.Linear or base is head \
                 or getattr(module, "fan_in_fan_out", False) or module.lora_variant \
                 or any(module.lora_bias.values()):

@@ -69,6 +69,9 @@ def shrunk_config(real, *, tensor_parallel: int = 1, spec: ShrinkSpec = ShrinkSp
     text.num_hidden_layers, text.hidden_size = layers, hidden
     text.num_attention_heads, text.num_key_value_heads = small_heads, small_kv
     text.intermediate_size = min(text.intermediate_size, 2 * hidden)
+    for width in ("moe_intermediate_size", "shared_expert_intermediate_size"):  # every expert kept, narrower
+        if getattr(text, width, None):
+            setattr(text, width, min(getattr(text, width), hidden))
     if getattr(text, "head_dim", None) is not None:
         text.head_dim = head_dim
     if getattr(text, "layer_types", None):  # keep the first and the last layer's kind
@@ -87,6 +90,9 @@ def shrunk_config(real, *, tensor_parallel: int = 1, spec: ShrinkSpec = ShrinkSp
                f"{heads}/{kv} -> {small_heads}/{small_kv} (query/key-value)")
     if vision is not None:
         summary += f", vision tower {real.vision_config.depth} -> {spec.vision_depth} blocks"
+    if getattr(text, "num_experts", 0):
+        summary += (f", {text.num_experts} experts ({text.num_experts_per_tok} active) of width "
+                    f"{real.get_text_config().moe_intermediate_size} -> {text.moe_intermediate_size}")
     return config, summary
 
 

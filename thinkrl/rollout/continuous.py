@@ -28,11 +28,12 @@ prompt tokens, R response tokens.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 from torch import Tensor
 
+from thinkrl.models.routing import ROUTE_DTYPE, RouteTape
 from thinkrl.models.lean_decoder import (LeanSpec, attend_one, attention, final_logits, finish_layer,
                                          fused_weights, one_query_bias, project_qkv, rotary_tables)
 from thinkrl.progress import DecodeProgress
@@ -197,14 +198,22 @@ class SlotDecoder:
                                    spec.model.model.embed_tokens.weight.dtype)
 
 
+class Decoded(NamedTuple):
+    tokens: Tensor  # [N, R]
+    logprobs: Tensor  # [N, R]
+    routes: Tensor | None = None
+    """[N, P' + R, L, k] with a route tape: each row's prompt from column 0, then its response."""
+
+
 def decode(spec: LeanSpec, prompt_ids: Tensor, prompt_mask: Tensor, *, samples: int,
            max_tokens: int, eos: Tensor | None, pad_token_id: int,
            sample: Callable[[Tensor, Tensor, int], tuple[Tensor, Tensor]],
-           pause: Callable[[int], bool] | None = None) -> tuple[Tensor, Tensor]:
+           pause: Callable[[int], bool] | None = None, tape: RouteTape | None = None) -> Decoded:
     """Responses [N, R] and their log-probs [N, R] (pad / 0 after a row's EOS),
     R the longest response (at most max_tokens), or fewer tokens when
     `pause(tokens so far)` says to stop early (partial rollout: the caller
-    continues the unfinished rows later).
+    continues the unfinished rows later). With a recording `tape` (router
+    replay R3), the experts of every token fed, prompt tokens included.
 
     prompt_ids, prompt_mask: [B, P] left-padded, on the compute device.
     eos: the stop ids, or None to ignore EOS (every row runs max_tokens).
@@ -215,8 +224,15 @@ def decode(spec: LeanSpec, prompt_ids: Tensor, prompt_mask: Tensor, *, samples: 
     n, device = b * samples, prompt_ids.device
     decoder = SlotDecoder(spec, slots=n, device=device, capacity=p + max_tokens)
     groups = torch.arange(n, device=device).view(b, samples)  # group i in slots i*G .. i*G+G-1
-    logits = decoder.prefill_groups(groups, [ids[mask.bool()] for ids, mask in zip(prompt_ids, prompt_mask)])
+    prompts = [ids[mask.bool()] for ids, mask in zip(prompt_ids, prompt_mask)]
+    logits = decoder.prefill_groups(groups, prompts)
     logits = logits.repeat_interleave(samples, dim=0)  # [N, V]: identical within a group
+    routes, fed = None, prompt_mask.sum(-1).repeat_interleave(samples)  # tokens each row has fed
+    if tape is not None:  # the prompt's routes, the same for its G samples
+        width = max(len(x) for x in prompts)
+        routes = torch.zeros(n, p + max_tokens, tape.layers, tape.top_k, dtype=ROUTE_DTYPE, device=device)
+        routes[:, :width] = tape.take(b * width, device).view(b, width, tape.layers, -1).repeat_interleave(
+            samples, dim=0)
 
     tokens = torch.full((n, max_tokens), pad_token_id, dtype=torch.long, device=device)
     logprobs = torch.zeros(n, max_tokens, dtype=torch.float32, device=device)
@@ -239,7 +255,10 @@ def decode(spec: LeanSpec, prompt_ids: Tensor, prompt_mask: Tensor, *, samples: 
             active, token, done = active[keep], token[keep], done[keep]
             decoder.keep(keep)
         logits = decoder.step(torch.arange(len(active), device=device), token)
-    return tokens[:, :steps], logprobs[:, :steps]
+        if routes is not None:  # the token just fed, at its row's next column
+            routes[active, fed[active]] = tape.take(len(active), device)
+            fed[active] += 1
+    return Decoded(tokens[:, :steps], logprobs[:, :steps], routes)
 
 
 def sample_rows(logits: Tensor, rows: Tensor, total: int, *, generator: torch.Generator,

@@ -30,6 +30,7 @@ from thinkrl.progress import DecodeProgress
 from thinkrl.models.forward import forward_accepts, last_logits
 from thinkrl.models.vision import image_kwargs, to_model_positions, with_prompt_positions
 from thinkrl.models.lean_decoder import lean_spec
+from thinkrl.models.routing import RouteTape, fed_only, left_padded, recording
 from thinkrl.rollout import continuous
 from thinkrl.records import FINISH_LENGTH, FINISH_STOP, PromptBatch, Rollouts
 from thinkrl.rollout.base import SamplingParams
@@ -76,8 +77,11 @@ class NativeEngine:
                  seed: int = 0,
                  autocast: Callable[[], ContextManager] = contextlib.nullcontext,
                  gather: Callable[[], ContextManager] = contextlib.nullcontext,
-                 device: torch.device | None = None, fast: bool = True) -> None:
+                 device: torch.device | None = None, fast: bool = True,
+                 route_tape: RouteTape | None = None) -> None:
         self.model = model
+        # router replay R3: each token's experts are recorded (`Rollouts.routed_experts`)
+        self.route_tape = route_tape
         self.gather = gather
         # Where decoding runs: the parameters' device unless they are offloaded shards.
         self._device = device
@@ -120,7 +124,7 @@ class NativeEngine:
         was_training = self.model.training
         self.model.eval()
         try:
-            with self.gather(), self.autocast():
+            with self.gather(), self.autocast(), recording(self.route_tape):
                 return self._generate(prompts, params, pause)
         finally:
             self.model.train(was_training)
@@ -135,14 +139,16 @@ class NativeEngine:
         prompt_ids = prompts.input_ids.repeat_interleave(g, dim=0)  # [N, P]
         prompt_mask = prompts.attention_mask.repeat_interleave(g, dim=0)  # [N, P]
         if self._lean is not None and prompts.model_inputs is None:  # VL: the padded loop
-            response_ids, response_logprobs = continuous.decode(
+            decoded = continuous.decode(
                 self._lean, prompts.input_ids.to(device), prompts.attention_mask.to(device),
                 samples=g, max_tokens=params.max_tokens, pad_token_id=self.pad_token_id,
                 eos=None if params.ignore_eos else self.eos_token_ids.to(device),
                 sample=lambda logits, rows, total: self._sample(logits, params, rows, total),
-                pause=pause)
-            return self._rollouts(prompts, prompt_ids, prompt_mask, response_ids.cpu(),
-                                  response_logprobs.cpu(), params)
+                pause=pause, tape=self.route_tape)
+            routes = None if decoded.routes is None else left_padded(
+                decoded.routes.cpu(), prompt_mask.sum(-1), prompt_mask.shape[1], decoded.tokens.shape[1])
+            return self._rollouts(prompts, prompt_ids, prompt_mask, decoded.tokens.cpu(),
+                                  decoded.logprobs.cpu(), params, routes=routes)
         n = prompt_ids.shape[0]
         eos = self.eos_token_ids.to(device)
 
@@ -162,6 +168,8 @@ class NativeEngine:
                                 attention_mask=attention_mask,
                                 position_ids=to_model_positions(position_ids),
                                 use_cache=True, **cache_kwargs, **images)
+        tape = self.route_tape
+        routes = [] if tape is None else [tape.take(prompt_ids.numel()).view(*prompt_ids.shape, tape.layers, -1)]
 
         tokens, logprobs = [], []
         finished = torch.zeros(n, dtype=torch.bool, device=device)
@@ -182,18 +190,27 @@ class NativeEngine:
             logits = self.model(input_ids=token[:, None], attention_mask=attention_mask,
                                 position_ids=to_model_positions(next_position), use_cache=True,
                                 **cache_kwargs).logits
+            if tape is not None:
+                routes.append(tape.take(n)[:, None])
             next_position = next_position + 1
 
         response_ids = torch.stack(tokens, dim=1).cpu()  # [N, R]
         response_logprobs = torch.stack(logprobs, dim=1).cpu()  # [N, R]
+        recorded = None
+        if tape is not None:  # prompt columns, then one per fed token; the last sampled one was never fed
+            recorded = torch.cat(routes, dim=1).cpu()[:, :prompt_ids.shape[1] + response_ids.shape[1]]
+            recorded = torch.nn.functional.pad(
+                recorded, (0, 0, 0, 0, 0, prompt_ids.shape[1] + response_ids.shape[1] - recorded.shape[1]))
         return self._rollouts(prompts, prompt_ids, prompt_mask, response_ids, response_logprobs,
-                              params, model_inputs=model_inputs)
+                              params, model_inputs=model_inputs, routes=recorded)
 
     def _rollouts(self, prompts: PromptBatch, prompt_ids: Tensor, prompt_mask: Tensor,
                   response_ids: Tensor, response_logprobs: Tensor,
-                  params: SamplingParams, model_inputs=None) -> Rollouts:
+                  params: SamplingParams, model_inputs=None, routes: Tensor | None = None) -> Rollouts:
         g = params.n
         response_mask = self._response_mask(response_ids, params.ignore_eos)
+        if routes is not None:  # [N, P + R]: only the tokens the model read count
+            routes = fed_only(routes, torch.cat([prompt_mask, response_mask], dim=1))
         stopped = torch.isin(response_ids, self.eos_token_ids).any(-1) & (not params.ignore_eos)
         reasons = [FINISH_STOP if s else FINISH_LENGTH for s in stopped.tolist()]
         return Rollouts(
@@ -202,7 +219,7 @@ class NativeEngine:
             finish_reasons=reasons,
             group_ids=torch.arange(len(prompts)).repeat_interleave(g),
             samples=[s for s in prompts.samples for _ in range(g)],
-            model_inputs=model_inputs,
+            model_inputs=model_inputs, routed_experts=routes,
         )
 
     def _sample(self, logits: Tensor, params: SamplingParams, rows: Tensor | None = None,

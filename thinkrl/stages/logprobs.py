@@ -22,8 +22,22 @@ def old_policy_logprobs(actor: PolicyRole, rollouts: Rollouts, sequences: Sequen
         return rollouts.rollout_logprobs
     if not recompute:
         return None
+    routes = {} if rollouts.routed_experts is None else {"routed_experts": rollouts.routed_experts}
     return actor.compute_log_prob(*sequences, response_length=rollouts.response_ids.shape[1],
-                                  **image_inputs(rollouts))
+                                  **image_inputs(rollouts), **routes)
+
+
+def update_routes(actor: PolicyRole, rollouts: Rollouts, sequences: Sequences, *,
+                  mode: str) -> tuple[Tensor | None, dict[str, float]]:
+    """The routes the update replays [N, P + R, L, k] and the routing metrics
+    (router replay, `thinkrl.models.routing`): R3 the rollout's, with how often
+    the old-log-prob pass's own routing agreed; R2 those the old-log-prob pass
+    took; none when disabled."""
+    if mode == "R3":
+        return rollouts.routed_experts, actor.routing_agreement()
+    if mode == "R2":
+        return actor.recorded_routes(sequences[1]), {}
+    return None, {}
 
 
 def reference_logprobs(reference: ReferenceRole | None, rollouts: Rollouts,

@@ -18,7 +18,9 @@ from typing import Callable, ContextManager, Iterable
 import torch
 from torch import Tensor
 
+from thinkrl.algos.distillation import DistillSettings, distillation_loss
 from thinkrl.algos.kl import get_kl_estimator
+from thinkrl.algos.moe_aux import load_balancing_loss
 from thinkrl.algos.losses import LossScale, agg_loss, masked_share
 from thinkrl.algos.policy_losses import build_policy_loss
 from thinkrl.checkpoint.adapter import load_adapter, refuse_adapter_checkpoint_for_full_run, save_adapter
@@ -26,6 +28,7 @@ from thinkrl.checkpoint.sharded import ACTOR_FILES
 from thinkrl.config.schema import ActorConfig
 from thinkrl.models.forward import batched_response_logprobs, response_logprobs
 from thinkrl.models.lora import Lora, base_tensors, is_adapter_tensor, merged_tensors
+from thinkrl.models.routing import RouteTape, set_replay
 from thinkrl.parallel.distributed import rank
 from thinkrl.parallel.fsdp import is_sharded, parameter_stats
 from thinkrl.records import ModelInputs, TrainBatch
@@ -43,8 +46,14 @@ class ActorWorker:
                  autocast: Callable[[], ContextManager] = contextlib.nullcontext,
                  device: torch.device | None = None, remove_padding: bool = False,
                  fused_head: bool = False, log_prob_max_tokens: int | None = None,
-                 lora: Lora | None = None, base_model: str = "") -> None:
+                 lora: Lora | None = None, base_model: str = "",
+                 distill: DistillSettings | None = None, route_tape: RouteTape | None = None,
+                 router_aux_coef: float = 0.0) -> None:
         self.model, self.cfg = model, cfg
+        self.route_tape = route_tape  # router replay: the passes given routes replay them
+        self.recorded_routes: Tensor | None = None
+        self.router_aux_coef = router_aux_coef  # > 0: the routers' load-balancing loss (`algos.moe_aux`)
+        self.distill = distill  # distillation.enabled: the teacher's term (thinkrl.algos.distillation)
         # LoRA: only the adapter trains, is saved and resumed; engines get it merged.
         self.lora, self.base_model = lora, base_model
         self.remove_padding = remove_padding  # model.use_remove_padding: the shared-prompt pass
@@ -63,18 +72,31 @@ class ActorWorker:
                                total_steps=total_steps, device=self.device,
                                autocast=autocast,
                                save_optimizer="optimizer" in cfg.checkpoint.save_contents)
+        self.learner.before_idle = lambda: set_replay(self.route_tape, None)
         self.model.train()
 
     def compute_log_prob(self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor,
-                         *, response_length: int, model_inputs: ModelInputs | None = None
-                         ) -> Tensor:
-        """Log-probs of the response tokens under the current policy, no grad. [N, R]."""
+                         *, response_length: int, model_inputs: ModelInputs | None = None,
+                         routed_experts: Tensor | None = None, record: bool = False) -> Tensor:
+        """Log-probs of the response tokens under the current policy, no grad. [N, R].
+        With `routed_experts` [N, P + R, L, k] the passes replay them (router
+        replay R3); with `record` (R2) the routes they take are kept for
+        `take_recorded_routes`."""
+        tape = self.route_tape
+        self.recorded_routes = None if not record else torch.zeros(
+            *input_ids.shape, tape.layers, tape.top_k, dtype=torch.int16)
         return batched_response_logprobs(
             self.model, input_ids, attention_mask, position_ids,
             response_length=response_length, temperature=self.temperature,
             micro_batch_size=self.log_prob_micro_batch_size, autocast=self.autocast,
             device=self.device, model_inputs=model_inputs, remove_padding=self.remove_padding,
-            fused_head=self.fused_head, max_tokens=self.log_prob_max_tokens)
+            fused_head=self.fused_head, max_tokens=self.log_prob_max_tokens,
+            routes=routed_experts, tape=tape, record_into=self.recorded_routes)
+
+    def take_recorded_routes(self) -> Tensor | None:
+        """The routes of the last recording log-prob pass (R2), [N, P + R, L, k]; then forgotten."""
+        routes, self.recorded_routes = self.recorded_routes, None
+        return routes
 
     def weights(self) -> Iterable[tuple[str, Tensor]]:
         """The policy's (name, tensor) pairs for a rollout engine, one at a
@@ -106,8 +128,13 @@ class ActorWorker:
     def update_on(self, minis: list[MiniBatch]) -> dict[str, float]:
         """This rank's share of each mini-batch the driver planned
         (`thinkrl.workers.handles.ShardedUpdate`), through `Learner.update_on`."""
-        result = self.learner.update_on(minis)
-        if self.kl_estimator is not None:
+        try:
+            result = self.learner.update_on(minis)
+        finally:  # an update that raised must leave no routes or collected probabilities behind
+            set_replay(self.route_tape, None)
+            if self.route_tape is not None:
+                self.route_tape.take_aux()
+        if self.kl_estimator is not None and self._task_loss_kept:
             result["actor/kl_coef"] = self.cfg.kl_loss_coef
         return result
 
@@ -137,21 +164,64 @@ class ActorWorker:
     def _micro_batch_loss(self, micro: TrainBatch, scale: LossScale) -> tuple[Tensor, dict]:
         cfg, dev = self.cfg, self.device
         mask = micro.response_mask.to(dev)
+        routes = micro.routed_experts  # router replay: the padded forward, replaying them
+        set_replay(self.route_tape, routes)  # until the next micro-batch: the backward may recompute
+        aux = self.router_aux_coef > 0  # the padded forward too: its tokens line up with the mask
+        if aux:
+            self.route_tape.collect_aux = True
         with self.autocast():
             logprob, entropy = response_logprobs(
                 self.model, micro.input_ids.to(dev), micro.attention_mask.to(dev),
                 micro.position_ids.to(dev), response_length=micro.response_length,
                 temperature=self.temperature, with_entropy=True,
-                entropy_grad=cfg.entropy_coeff != 0, model_inputs=micro.model_inputs,
-                remove_padding=self.remove_padding, fused_head=self.fused_head)
+                entropy_grad=cfg.entropy_coeff != 0 and self._task_loss_kept, model_inputs=micro.model_inputs,
+                remove_padding=self.remove_padding and routes is None and not aux, fused_head=self.fused_head)
+        aux_loss = self._router_aux_loss(micro, mask, scale) if aux else None
         # Exactly on-policy (one pass, one mini-batch): pi_old is this very
         # forward, so the ratio is 1 and only its gradient matters.
         old = logprob.detach() if micro.old_logprobs is None else micro.old_logprobs.to(dev)
         weights = None if micro.rollout_is_weights is None else micro.rollout_is_weights.to(dev)
-        pg_loss, metrics = self.policy_loss(logprob, old, micro.advantages.to(dev), mask, scale=scale,
-                                            rollout_is_weights=weights)
-        loss = pg_loss
+        if self._task_loss_kept:
+            loss, metrics = self._task_loss(micro, logprob, old, entropy, mask, scale, weights)
+        else:  # pure OPD: verl drops the task loss whole (its entropy bonus and KL loss too)
+            loss, metrics = logprob.new_zeros(()), {}
+        if self.distill is not None:
+            distill, distill_metrics = distillation_loss(
+                logprob, old, micro.teacher_logprobs.to(dev), mask, settings=self.distill,
+                loss_agg_mode=cfg.loss_agg_mode, scale=scale, rollout_is_weights=weights)
+            loss = loss + self.distill.weight * distill
+            metrics.update(distill_metrics)
         metrics["actor/entropy"] = masked_share(entropy, mask, scale)
+        if aux_loss is not None:
+            loss = loss + self.router_aux_coef * aux_loss
+            metrics["actor/router_aux_loss"] = float(aux_loss.detach())
+        if not torch.isfinite(loss):
+            raise FloatingPointError(
+                f"the actor loss is {loss.item()} ({_parts(metrics)}). The update is "
+                "abandoned before it touches the weights; lower actor_rollout_ref.actor.optim.lr, "
+                "check the rewards for inf/NaN, or use a float32/bfloat16 model dtype.")
+        return loss, metrics
+
+    @property
+    def _task_loss_kept(self) -> bool:
+        """False in pure on-policy distillation (verl drops the task loss whole)."""
+        return self.distill is None or self.distill.use_task_rewards
+
+    def _router_aux_loss(self, micro: TrainBatch, mask: Tensor, scale: LossScale) -> Tensor:
+        """This micro-batch's load-balancing loss over its real tokens, weighed by
+        its share of the mini-batch's response tokens (transformers computes it
+        per forward; the shares add up to a mean over the mini-batch's micro-batches)."""
+        probs, chosen = self.route_tape.take_aux()
+        tokens = micro.attention_mask.to(self.device).reshape(-1)
+        return load_balancing_loss(probs, chosen, tokens) * (mask.sum() / scale.num_tokens)
+
+    def _task_loss(self, micro: TrainBatch, logprob: Tensor, old: Tensor, entropy: Tensor, mask: Tensor,
+                   scale: LossScale, weights: Tensor | None) -> tuple[Tensor, dict]:
+        """The policy loss on the task's advantages, minus the entropy bonus,
+        plus the KL loss to the reference (verl's ppo_loss)."""
+        cfg, dev = self.cfg, self.device
+        loss, metrics = self.policy_loss(logprob, old, micro.advantages.to(dev), mask, scale=scale,
+                                         rollout_is_weights=weights)
         if cfg.entropy_coeff != 0:
             loss = loss - cfg.entropy_coeff * agg_loss(entropy, mask, cfg.loss_agg_mode, scale)
         if self.kl_estimator is not None:
@@ -159,10 +229,10 @@ class ActorWorker:
             kl_loss = agg_loss(kl, mask, cfg.loss_agg_mode, scale)
             loss = loss + cfg.kl_loss_coef * kl_loss
             metrics["actor/kl_loss"] = kl_loss.item()
-        if not torch.isfinite(loss):
-            raise FloatingPointError(
-                f"the actor loss is {loss.item()} (pg_loss {pg_loss.item()}). The update is "
-                "abandoned before it touches the weights; lower actor_rollout_ref.actor.optim.lr, "
-                "check the rewards for inf/NaN, or use a float32/bfloat16 model dtype.")
         return loss, metrics
 
+
+def _parts(metrics: dict[str, float]) -> str:
+    """The loss terms of a non-finite loss, for its error."""
+    names = ("actor/pg_loss", "actor/kl_loss", "distillation/loss")
+    return ", ".join(f"{name.split('/')[1]} {metrics[name]}" for name in names if name in metrics)

@@ -44,19 +44,23 @@ class RowShardedCall:
     """A log-prob or value pass over the ranks: each rank gets an equal share of
     the rows (`row_shares`), the results come back in the original order."""
 
-    def __init__(self, group: Group, method: str, stage: str) -> None:
+    def __init__(self, group: Group, method: str, stage: str, **fixed) -> None:
         self.group, self.method, self.stage = group, method, stage
+        self.fixed = fixed  # keyword arguments of every call (a teacher's name)
 
     def __call__(self, input_ids, attention_mask, position_ids, *, response_length: int,
-                 model_inputs=None):
+                 model_inputs=None, routed_experts=None):
         """[N, P + R] -> [N, R]: equal row counts per rank (see row_shares);
-        the rows' images (`model_inputs`, VL models) go with them."""
+        the rows' images (`model_inputs`, VL models) and routes (router
+        replay, [N, P + R, L, k]) go with them."""
         shares = row_shares(self.group, attention_mask)
         rows = _scatter_rows((input_ids, attention_mask, position_ids), shares)
-        if model_inputs is not None:
-            rows = [(*part, model_inputs.select(share)) for part, share in zip(rows, shares)]
+        if model_inputs is not None or routed_experts is not None:
+            rows = [(*part, None if model_inputs is None else model_inputs.select(share),
+                     *(() if routed_experts is None else (routed_experts[share],)))
+                    for part, share in zip(rows, shares)]
         parts = self.group.call_all(self.stage, self.method, rows,
-                                    response_length=response_length)
+                                    response_length=response_length, **self.fixed)
         return _gather_rows(parts, shares)
 
 
@@ -101,6 +105,22 @@ class ActorHandle:
                                     seed=cfg.trainer.seed, method="update_on")
         self.compute_log_prob = RowShardedCall(group, "compute_log_prob", "old_log_prob")
 
+    def recorded_routes(self, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The routes the last old-log-prob pass took (router replay R2), [N, P + R, L, k]
+        in the rows' order (`attention_mask` [N, P + R] of that pass gives each rank's share)."""
+        parts = self.group.call_all("old_log_prob", "take_recorded_routes")
+        return _gather_rows(parts, row_shares(self.group, attention_mask))
+
+    def routing_agreement(self) -> dict[str, float]:
+        """How often the trainer's own routing agreed with the replayed one in
+        the old-log-prob passes since the last call, per layer and mean (R3)."""
+        from thinkrl.models.routing import agreement_metrics
+
+        counts = self.group.call_all("old_log_prob", "routing_counts")
+        agree = [sum(values) for values in zip(*(c[0] for c in counts))]
+        counted = [sum(values) for values in zip(*(c[1] for c in counts))]
+        return agreement_metrics(agree, counted)
+
     def update_policy(self, batch: TrainBatch) -> dict[str, float]:
         return self.update(batch)
 
@@ -142,6 +162,22 @@ class ActorHandle:
 class ReferenceHandle:
     def __init__(self, group: Group) -> None:
         self.compute_ref_log_prob = RowShardedCall(group, "compute_ref_log_prob", "ref")
+
+
+class TeacherHandle:
+    """The frozen teachers of on-policy distillation, each a row-sharded pass
+    like the reference's, by name."""
+
+    def __init__(self, group: Group) -> None:
+        self.compute = {teacher.name: RowShardedCall(group, "compute_teacher_log_prob", "teacher",
+                                                     teacher=teacher.name)
+                        for teacher in group.spec.teachers}
+
+    def compute_teacher_log_prob(self, name: str, input_ids, attention_mask, position_ids, *,
+                                 response_length: int, model_inputs=None) -> torch.Tensor:
+        """log pi_teacher [N, R] of sequences [N, P + R] under teacher `name`."""
+        return self.compute[name](input_ids, attention_mask, position_ids, response_length=response_length,
+                                  model_inputs=model_inputs)
 
 
 class EngineHandle:

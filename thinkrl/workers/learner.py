@@ -138,6 +138,8 @@ class Learner:
         self.device, self.autocast = device, autocast
         self.optimizer = make_adamw(model, optim)
         self.scheduler = make_lr_schedule(self.optimizer, optim, total_steps=total_steps)
+        self.before_idle: Callable[[], None] = lambda: None
+        """Called before an idle pass (the actor: its routes were the last micro-batch's)."""
 
     def update_on(self, minis: list[MiniBatch]) -> dict[str, float]:
         """One optimizer step per mini-batch (this rank's share of it), then
@@ -162,6 +164,7 @@ class Learner:
         for count, rows in enumerate(agreed, 1):
             tell(lambda: f"{where}micro-batch {count}/{len(agreed)}")
             if rows is None:  # another rank has more micro-batches: join its collectives
+                self.before_idle()
                 with self.autocast():
                     idle_pass(self.model, device=self.device, backward=True)
                 continue

@@ -25,12 +25,16 @@ import torch
 
 from thinkrl.assets import run_stop_ids, sampling_seed
 from thinkrl.checkpoint.state import device_rng_state, set_device_rng_state
+from thinkrl.algos.distillation import DistillSettings
 from thinkrl.config import Config
+from thinkrl.config.distill_checks import Teacher
+from thinkrl.config.moe_checks import router_replay_mode
 from thinkrl.config.sizes import DerivedSizes
 from thinkrl.models.loading import (causal_lm_skeleton, check_model_fits, load_causal_lm,
                                     load_generation_config)
 from thinkrl.models.lora import (Lora, LoraSettings, attach_lora, load_adapter_weights, lora_of,
                                  merged_tensors)
+from thinkrl.models.routing import install as install_route_tape, router_aux_coef
 from thinkrl.models.vision import apply_model_settings, unsplit_modules
 from thinkrl.parallel import fsdp
 from thinkrl.parallel.device import (autocast, bind_rank_device, compute_dtype, empty_cache,
@@ -68,6 +72,8 @@ class RankSpec:
     device: str | None = None
     """The device kind ranks run on, decided once by the driver (trainer.device
     with "auto" resolved against the cluster's resources); None: trainer.device."""
+    teachers: tuple[Teacher, ...] = ()
+    """distillation.enabled: the frozen teachers, `builtin:` paths resolved."""
 
     @property
     def sampling_seed(self) -> int:
@@ -75,14 +81,15 @@ class RankSpec:
 
     @classmethod
     def of_model(cls, cfg: Config, sizes: DerivedSizes, model_path: str, tokenizer, *,
-                 total_steps: int, with_reference: bool = False) -> "RankSpec":
+                 total_steps: int, with_reference: bool = False,
+                 teachers: tuple[Teacher, ...] = ()) -> "RankSpec":
         """The spec of rank 0 for the model at `model_path` (its stop ids read
         from its generation config): one set-up for training and `thinkrl eval`."""
         trust = cfg.actor_rollout_ref.model.trust_remote_code
         stops = run_stop_ids(cfg, tokenizer, load_generation_config(model_path, trust))
         return cls(cfg=cfg, sizes=sizes, model_path=model_path, total_steps=total_steps,
                    eos_token_ids=tuple(stops), pad_token_id=tokenizer.pad_token_id,
-                   tokenizer_size=len(tokenizer), with_reference=with_reference)
+                   tokenizer_size=len(tokenizer), with_reference=with_reference, teachers=teachers)
 
 
 class PolicyRank:
@@ -107,6 +114,9 @@ class PolicyRank:
                            dtype=dtype, param_offload=offload[0], weights_dtype=torch.float32,
                            lora=LoraSettings.of(arr.model))
         self.lora: Lora | None = lora_of(model)  # LoRA (model.lora_rank > 0): the actor's adapter
+        self.replay = router_replay_mode(cfg)  # mixture of experts: R2 / R3 routes, on the actor's routers
+        aux_coef = router_aux_coef(model)  # output_router_logits in the model's config: the routers' loss
+        self.route_tape = install_route_tape(model) if self.replay != "disabled" or aux_coef else None
         sizes, rollout = spec.sizes, arr.rollout
         self.actor = ActorWorker(
             model, arr.actor, actor_update_spec(arr.actor, sizes), total_steps=spec.total_steps,
@@ -115,7 +125,9 @@ class PolicyRank:
             remove_padding=arr.model.use_remove_padding, fused_head=arr.model.use_fused_kernels,
             log_prob_max_tokens=(rollout.log_prob_max_token_len_per_gpu
                                  if rollout.log_prob_use_dynamic_bsz else None),
-            lora=self.lora, base_model=spec.model_path)
+            lora=self.lora, base_model=spec.model_path,
+            distill=DistillSettings.of(cfg.distillation.distillation_loss) if spec.teachers else None,
+            route_tape=self.route_tape, router_aux_coef=aux_coef)
         self.reference = None
         if spec.with_reference:
             # LoRA: the actor's module with its adapter off is the base, exactly: no second copy.
@@ -130,6 +142,16 @@ class PolicyRank:
                 fused_head=arr.model.use_fused_kernels,
                 max_tokens=(arr.ref.log_prob_max_token_len_per_gpu
                             if arr.ref.log_prob_use_dynamic_bsz else None))
+        # distillation.enabled: each teacher is a frozen model scored like the
+        # reference (its micro-batch, dynamic batch and offload keys), not a copy of its code.
+        self.teachers = {teacher.name: ReferenceWorker(
+            self._load(gradient_checkpointing=False, dtype=dtype, param_offload=offload[1],
+                       weights_dtype=frozen_weights_dtype(self.device, dtype), path=teacher.model_path),
+            micro_batch_size=sizes.ref_log_prob_micro_batch_size_per_device,
+            temperature=rollout.temperature, autocast=self.autocast, device=self.device,
+            remove_padding=arr.model.use_remove_padding, fused_head=arr.model.use_fused_kernels,
+            max_tokens=(arr.ref.log_prob_max_token_len_per_gpu if arr.ref.log_prob_use_dynamic_bsz else None))
+            for teacher in spec.teachers}
         # PPO with a critic (algorithm.adv_estimator=gae): the value model, else None.
         self.critic = (build_critic(spec, device=self.device, autocast=self.autocast,
                                     compute_dtype=dtype, param_offload=offload[2])
@@ -168,7 +190,7 @@ class PolicyRank:
             model, eos_token_ids=list(spec.eos_token_ids), pad_token_id=spec.pad_token_id,
             seed=spec.sampling_seed, autocast=self.autocast,
             gather=(lambda: fsdp.gathered(model)) if sharded else contextlib.nullcontext,
-            device=self.device)
+            device=self.device, route_tape=self.route_tape if self.replay == "R3" else None)
 
     def _local_rank(self) -> int:
         """This rank's index among the devices its process sees: 0 on an
@@ -205,7 +227,8 @@ class PolicyRank:
         return fsdp_config.offloads and self.device.type != "cpu"
 
     def _load(self, *, gradient_checkpointing: bool, dtype: torch.dtype, param_offload: bool,
-              weights_dtype: torch.dtype, lora: LoraSettings | None = None) -> torch.nn.Module:
+              weights_dtype: torch.dtype, lora: LoraSettings | None = None,
+              path: str | None = None) -> torch.nn.Module:
         """The policy's architecture and initial weights (the actor's float32
         master weights, or the reference's) on this rank, in `weights_dtype`,
         computing in `dtype`: whole on one rank; sharded over several, read
@@ -214,12 +237,13 @@ class PolicyRank:
         before sharding (rank 0's initial or saved adapter is broadcast with the
         base; `lora_of` reads the handle from the model returned)."""
         spec, model_cfg = self.spec, self.spec.cfg.actor_rollout_ref.model
-        options = dict(trust_remote_code=model_cfg.trust_remote_code,
-                       override_config=model_cfg.override_config,
+        model_path = path or spec.model_path
+        options = dict(trust_remote_code=model_cfg.trust_remote_code,  # override_config: the policy's own
+                       override_config=model_cfg.override_config if path is None else {},
                        gradient_checkpointing=gradient_checkpointing)
 
         def prepare(model: torch.nn.Module) -> None:
-            check_model_fits(model, spec.tokenizer_size, spec.sizes, model_path=spec.model_path)
+            check_model_fits(model, spec.tokenizer_size, spec.sizes, model_path=model_path)
             apply_model_settings(model, model_cfg)  # VL: model.freeze_vision_tower
 
         def with_lora(model: torch.nn.Module, *, read_adapter: bool) -> torch.nn.Module:
@@ -230,7 +254,7 @@ class PolicyRank:
             return model
 
         def load(device: torch.device) -> torch.nn.Module:
-            return with_lora(load_causal_lm(spec.model_path, dtype=weights_dtype, device=device,
+            return with_lora(load_causal_lm(model_path, dtype=weights_dtype, device=device,
                                             **options), read_adapter=True)
 
         def shard(model: torch.nn.Module) -> None:
@@ -238,7 +262,7 @@ class PolicyRank:
                              whole=unsplit_modules(model, model_cfg))
 
         return fsdp.build_model(
-            load, lambda: with_lora(causal_lm_skeleton(spec.model_path, dtype=weights_dtype, **options),
+            load, lambda: with_lora(causal_lm_skeleton(model_path, dtype=weights_dtype, **options),
                                     read_adapter=False),
             prepare=prepare, shard=shard, device=self.device, param_offload=param_offload)
 
@@ -246,11 +270,19 @@ class PolicyRank:
     def generate(self, prompts: PromptBatch, params: SamplingParams) -> Rollouts:
         return self.engine.generate(prompts, params)
 
-    def compute_log_prob(self, input_ids, attention_mask, position_ids, model_inputs=None, *,
-                         response_length: int) -> torch.Tensor:
+    def compute_log_prob(self, input_ids, attention_mask, position_ids, model_inputs=None,
+                         routed_experts=None, *, response_length: int) -> torch.Tensor:
+        """The old log-probs; router replay: R3 replays `routed_experts`, R2 records its own."""
         return self.actor.compute_log_prob(input_ids, attention_mask, position_ids,
-                                           response_length=response_length,
-                                           model_inputs=model_inputs)
+                                           response_length=response_length, model_inputs=model_inputs,
+                                           routed_experts=routed_experts, record=self.replay == "R2")
+
+    def take_recorded_routes(self) -> torch.Tensor | None:
+        return self.actor.take_recorded_routes()
+
+    def routing_counts(self) -> tuple[list[float], list[float]]:
+        """(agreeing, replayed) tokens per layer since the last call (R3's old-log-prob passes)."""
+        return self.route_tape.take_counts()
 
     def compute_ref_log_prob(self, input_ids, attention_mask, position_ids, model_inputs=None,
                              *, response_length: int) -> torch.Tensor:
@@ -258,6 +290,13 @@ class PolicyRank:
         return self.reference.compute_ref_log_prob(input_ids, attention_mask, position_ids,
                                                     response_length=response_length,
                                                     model_inputs=model_inputs)
+
+    def compute_teacher_log_prob(self, input_ids, attention_mask, position_ids, model_inputs=None,
+                                 *, response_length: int, teacher: str) -> torch.Tensor:
+        """log pi_teacher of the response tokens under the teacher named `teacher`. [N, R]."""
+        return self.teachers[teacher].compute_ref_log_prob(input_ids, attention_mask, position_ids,
+                                                           response_length=response_length,
+                                                           model_inputs=model_inputs)
 
     def update_on(self, minis: list[MiniBatch]) -> dict[str, float]:
         metrics = self.actor.update_on(minis)

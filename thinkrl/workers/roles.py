@@ -29,8 +29,16 @@ class TrainedRole(Protocol):
 
 class PolicyRole(TrainedRole, Protocol):
     def compute_log_prob(self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor, *,
-                         response_length: int, model_inputs: ModelInputs | None = None) -> Tensor:
-        """log pi_theta of the response tokens [N, R] (sequences [N, P + R])."""
+                         response_length: int, model_inputs: ModelInputs | None = None,
+                         routed_experts: Tensor | None = None) -> Tensor:
+        """log pi_theta of the response tokens [N, R] (sequences [N, P + R]);
+        router replay: replaying `routed_experts` [N, P + R, L, k] (R3)."""
+
+    def recorded_routes(self, attention_mask: Tensor) -> Tensor:
+        """Router replay R2: the routes the last compute_log_prob took, [N, P + R, L, k]."""
+
+    def routing_agreement(self) -> dict[str, float]:
+        """Router replay R3: routing/agreement metrics of the passes since the last call."""
 
     def update_policy(self, batch: TrainBatch) -> dict[str, float]:
         """PPO epochs over the step's responses; actor/* metrics."""
@@ -49,6 +57,13 @@ class ReferenceRole(Protocol):
     def compute_ref_log_prob(self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor, *,
                              response_length: int, model_inputs: ModelInputs | None = None) -> Tensor:
         """log pi_ref of the response tokens [N, R]."""
+
+
+class TeacherRole(Protocol):
+    def compute_teacher_log_prob(self, name: str, input_ids: Tensor, attention_mask: Tensor,
+                                 position_ids: Tensor, *, response_length: int,
+                                 model_inputs: ModelInputs | None = None) -> Tensor:
+        """log pi_teacher of the response tokens [N, R] under the teacher `name`."""
 
 
 class ValueRole(TrainedRole, Protocol):
