@@ -35,18 +35,24 @@ def asset_cache(tmp_path_factory) -> Path:
     mp.undo()
 
 
+def pretrained_tiny(folder: Path, *, pretrain_steps: int = 15) -> Path:
+    """The test model's recipe (a tiny Qwen2, its tokenizer trained on the same
+    400 problems whatever the steps) pretrained `pretrain_steps` steps into `folder`."""
+    from thinkrl.models.tiny import TinyModelSpec, build_tiny_model
+
+    spec = TinyModelSpec(hidden_size=64, intermediate_size=128, num_layers=2,
+                         pretrain_problems=400, pretrain_steps=pretrain_steps, batch_size=16)
+    torch_threads = torch.get_num_threads()
+    out = build_tiny_model(folder, spec, log=lambda *_: None)
+    torch.set_num_threads(torch_threads)
+    return out
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A tiny Qwen2 model after a few pretraining steps (seconds, not minutes):
     good enough to exercise every stage, not to learn the task."""
-    from thinkrl.models.tiny import TinyModelSpec, build_tiny_model
-
-    spec = TinyModelSpec(hidden_size=64, intermediate_size=128, num_layers=2,
-                         pretrain_problems=400, pretrain_steps=15, batch_size=16)
-    torch_threads = torch.get_num_threads()
-    out = build_tiny_model(tmp_path_factory.mktemp("models") / "tiny", spec, log=lambda *_: None)
-    torch.set_num_threads(torch_threads)
-    return out
+    return pretrained_tiny(tmp_path_factory.mktemp("models") / "tiny")
 
 
 @pytest.fixture(scope="session")

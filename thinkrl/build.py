@@ -38,7 +38,7 @@ from thinkrl.data.mixture import MixtureLoader, source_weights
 from thinkrl.errors import UserError
 from thinkrl.metrics import MetricsLog
 from thinkrl.parallel.device import synchronizer
-from thinkrl.preflight import check_backend, check_model, moe_notes
+from thinkrl.preflight import check_backend, check_model
 from thinkrl.reward_watch import FailureBreaker, ZeroRewardWatch
 from thinkrl.rewards.gold_answers import gold_responses
 from thinkrl.rewards.scorer import RewardScorer
@@ -76,8 +76,7 @@ def _assemble(cfg: Config, sizes: DerivedSizes, *, log=print) -> Run:
     torch.manual_seed(cfg.trainer.seed)
     import_external_lib(cfg)
     model_path = resolve_model_path(cfg.actor_rollout_ref.model.path, log=log)
-    check_model(cfg, model_path)
-    for note in moe_notes(cfg, model_path):
+    for note in check_model(cfg, model_path):
         log(f"note: {note}")
     tokenizer = run_tokenizer(cfg, model_path)
     data = cfg.data

@@ -53,10 +53,11 @@ def check_backend(cfg: Config) -> None:
         check_vllm_usable(device if device != "auto" else resolve_device("auto").type)
 
 
-def check_model(cfg: Config, model_path: str) -> None:
+def check_model(cfg: Config, model_path: str) -> list[str]:
     """What the model's config rules out with this run's config, before any
-    weights load. A config that does not read is left to the model load,
-    which says why."""
+    weights load (raised), and what it turns on that a user should hear at
+    start (returned, `moe_notes`). A config that does not read is left to the
+    model load, which says why."""
     from transformers import AutoConfig
 
     from thinkrl.models.vision import is_vision_model
@@ -74,7 +75,7 @@ def check_model(cfg: Config, model_path: str) -> None:
         config = AutoConfig.from_pretrained(model_path, trust_remote_code=model.trust_remote_code,
                                             **model.override_config)
     except Exception:  # noqa: BLE001 - the model load reports it with its fix
-        return
+        return []
     problem = engine_model_problem(cfg.actor_rollout_ref.rollout, config)
     if problem is not None:
         raise SetupError(*problem)
@@ -83,6 +84,7 @@ def check_model(cfg: Config, model_path: str) -> None:
     mode = router_replay_mode(cfg)
     if mode != "disabled":
         check_replayable(config, model_path, mode)
+    return moe_notes(config, model_path)
 
 
 REPLAYABLE = ("qwen3_moe", "qwen2_moe")
@@ -106,17 +108,10 @@ def check_replayable(config, model_path: str, mode: str) -> None:
                          "(num_experts_per_tok=1) leaves no way to mark a token without a route", fix)
 
 
-def moe_notes(cfg: Config, model_path: str) -> list[str]:
-    """What a mixture-of-experts model's config turns on that a user should
-    hear at start: the routers' load-balancing loss (off in verl's RL recipes)."""
-    from transformers import AutoConfig
-
-    model = cfg.actor_rollout_ref.model
-    try:
-        config = AutoConfig.from_pretrained(model_path, trust_remote_code=model.trust_remote_code,
-                                            **model.override_config)
-    except Exception:  # noqa: BLE001 - check_model and the load report it
-        return []
+def moe_notes(config, model_path: str) -> list[str]:
+    """What a mixture-of-experts model's config (overrides applied) turns on
+    that a user should hear at start: the routers' load-balancing loss (off
+    in verl's RL recipes)."""
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     if not getattr(text, "num_experts", 0) or not getattr(text, "output_router_logits", False):
         return []

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import pretrained_tiny
+
 from thinkrl.build import build_run
 from thinkrl.cli import recipe_path
 from thinkrl.config import load_config
@@ -29,14 +31,7 @@ TEACHER = "distillation.teacher_models.teacher_model"
 def teacher_dir(tmp_path_factory) -> Path:
     """The test model's recipe pretrained four times longer: the same tokenizer
     (trained on the same text), a model further along."""
-    from thinkrl.models.tiny import TinyModelSpec, build_tiny_model
-
-    spec = TinyModelSpec(hidden_size=64, intermediate_size=128, num_layers=2,
-                         pretrain_problems=400, pretrain_steps=60, batch_size=16)
-    threads = torch.get_num_threads()
-    out = build_tiny_model(tmp_path_factory.mktemp("teacher") / "teacher", spec, log=lambda *_: None)
-    torch.set_num_threads(threads)
-    return out
+    return pretrained_tiny(tmp_path_factory.mktemp("teacher") / "teacher", pretrain_steps=60)
 
 
 def _overrides(model_dir: Path, teacher: Path, run_dir: Path, *extra: str) -> list[str]:

@@ -32,7 +32,7 @@ from thinkrl.algos.kl import get_kl_estimator
 from thinkrl.algos.losses import LossScale, agg_loss, masked_share, ppo_clip_policy_loss
 from thinkrl.config.schema_distill import DistillationLossConfig
 
-__all__ = ["DistillSettings", "distillation_loss", "reverse_kl_metrics", "token_divergence"]
+__all__ = ["DistillSettings", "distillation_loss", "reverse_kl_metrics"]
 
 DUAL_CLIP = 3.0
 """verl's vanilla loss reads clip_ratio_c from its config, which the
@@ -62,11 +62,6 @@ class DistillSettings:
         return self.coef if self.use_task_rewards else 1.0
 
 
-def token_divergence(logprob: Tensor, teacher_logprob: Tensor, *, mode: str) -> Tensor:
-    """d = kl_mode(s, q), before any clamp. [N, T] -> [N, T]."""
-    return get_kl_estimator(mode)(logprob, teacher_logprob)
-
-
 def distillation_loss(logprob: Tensor, old_logprob: Tensor, teacher_logprob: Tensor, response_mask: Tensor, *,
                       settings: DistillSettings, loss_agg_mode: str, scale: LossScale,
                       rollout_is_weights: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:
@@ -83,7 +78,7 @@ def distillation_loss(logprob: Tensor, old_logprob: Tensor, teacher_logprob: Ten
         before the clamp), and with the policy gradient ``distillation/pg_clipfrac``,
         ``distillation/ppo_kl``, ... (verl's actor metrics renamed); shares of the mini-batch.
     """
-    raw = token_divergence(logprob, teacher_logprob, mode=settings.loss_mode)
+    raw = get_kl_estimator(settings.loss_mode)(logprob, teacher_logprob)
     # k1 = s - q can be negative, hence the symmetric clamp (verl's)
     d = raw if settings.loss_max_clamp is None else raw.clamp(min=-settings.loss_max_clamp,
                                                                max=settings.loss_max_clamp)

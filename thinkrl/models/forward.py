@@ -21,7 +21,7 @@ from thinkrl.models.fused_head import head_logprobs
 from thinkrl.models.lean_decoder import LeanSpec, lean_spec
 from thinkrl.models.logprobs import entropy_from_logits, logprobs_from_logits
 from thinkrl.models.micro_batches import agreed_micro_batches, micro_batch_rows
-from thinkrl.models.routing import RouteTape, recording, replaying
+from thinkrl.models.routing import RouteTape, recording, replaying, tape_busy
 from thinkrl.models.shared_prompt import shared_prompt_hidden, shared_prompt_logits
 from thinkrl.models.vision import image_kwargs, to_model_positions
 from thinkrl.parallel.fsdp import as_forward
@@ -75,6 +75,8 @@ def response_logprobs(model: torch.nn.Module, input_ids: Tensor, attention_mask:
     spec = lean_spec(model) if remove_padding and model_inputs is None else None
     if remove_padding and spec is None:
         _say_padded_once(model, images=model_inputs is not None)
+    if spec is not None and tape_busy(model):  # router replay's routes follow the padded order
+        spec = None
     if spec is not None:  # one forward of the root module (embedding, final norm, head)
         shared = as_forward(model, "thinkrl_shared_prompt_logprobs", _shared_prompt_logprobs)
         return shared(spec, input_ids, attention_mask, position_ids,
@@ -156,12 +158,10 @@ def batched_response_logprobs(model: torch.nn.Module, input_ids: Tensor, attenti
                               tape: RouteTape | None = None, record_into: Tensor | None = None) -> Tensor:
     """`response_logprobs` without gradient, through `in_micro_batches`. CPU
     tensors in, CPU [N, R] out. With `routes` [N, P + R, L, k] and the model's
-    `tape` (router replay), every pass replays them, in the padded forward
-    (the shared-prompt pass orders tokens otherwise), and tallies how often
-    its own routing agrees. With `record_into` [N, P + R, L, k] (router
-    replay R2) the routes the passes took are written there instead."""
+    `tape` (router replay), every pass replays them and tallies how often its
+    own routing agrees. With `record_into` [N, P + R, L, k] (router replay R2)
+    the routes the passes took are written there instead."""
     device = device or next(model.parameters()).device  # offloaded shards: the compute device
-    in_order = routes is None and record_into is None  # else the padded forward: tokens in order
 
     def logprobs(rows: slice) -> Tensor:
         with replaying(tape, None if routes is None else routes[rows], count=True), \
@@ -170,8 +170,7 @@ def batched_response_logprobs(model: torch.nn.Module, input_ids: Tensor, attenti
             out, _ = response_logprobs(
                 model, ids.to(device), attention_mask[rows].to(device),
                 position_ids[rows].to(device), response_length=response_length,
-                temperature=temperature, remove_padding=remove_padding and in_order,
-                fused_head=fused_head,
+                temperature=temperature, remove_padding=remove_padding, fused_head=fused_head,
                 model_inputs=None if model_inputs is None else model_inputs.select(rows))
             if record_into is not None:
                 record_into[rows] = tape.take(ids.numel()).view(*ids.shape, tape.layers, -1).cpu()

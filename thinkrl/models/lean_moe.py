@@ -84,21 +84,26 @@ def expert_weights_of(mlp: torch.nn.Module, *, fuse: bool, weight, bias) -> Expe
 
 
 def route(x: Tensor, weights: ExpertWeights) -> tuple[Tensor, Tensor]:
-    """Routing weights [T, k] (x's dtype) and experts [T, k] of tokens x [T, E].
-    A tape on the router (router replay) may choose other experts; their
-    weights are read from this pass's probabilities all the same, so the
-    router keeps its gradient."""
+    """Routing weights [T, k] (x's dtype) and experts [T, k] of tokens x [T, E]."""
     logits = F.linear(x, weights.router.to(x.dtype))
     probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
-    top, chosen = torch.topk(probs, weights.top_k, dim=-1)
-    tapped = None if weights.gate is None else tape_of(weights.gate)
-    if tapped is not None:
-        tape, layer = tapped
-        chosen = tape.choose(layer, probs, chosen)
-        top = probs.gather(-1, chosen)
-    if weights.norm_topk_prob:
+    chosen = torch.topk(probs, weights.top_k, dim=-1).indices
+    return taped_choice(weights.gate, probs, chosen, norm_topk_prob=weights.norm_topk_prob, dtype=logits.dtype)
+
+
+def taped_choice(gate: torch.nn.Module | None, probs: Tensor, native: Tensor, *, norm_topk_prob: bool,
+                 dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """The experts [T, k] a router uses, its own top-k `native` unless a tape on
+    it (router replay) chooses others, and their weights [T, k] in `dtype`: this
+    pass's probabilities [T, X] gathered there (so the router keeps its
+    gradient), renormalised with norm_topk_prob. Both the lean forward and the
+    hook on transformers' router (`thinkrl.models.routing`) route through it."""
+    tapped = None if gate is None else tape_of(gate)
+    chosen = native if tapped is None else tapped[0].choose(tapped[1], probs, native)
+    top = probs.gather(-1, chosen)
+    if norm_topk_prob:
         top = top / top.sum(dim=-1, keepdim=True)
-    return top.to(logits.dtype), chosen
+    return top.to(dtype), chosen
 
 
 def sparse_mlp(x: Tensor, weights: ExpertWeights, linear) -> Tensor:

@@ -32,7 +32,7 @@ from typing import Iterator
 import torch
 from torch import Tensor
 
-from thinkrl.models.lean_moe import TAPE_ATTR as _ATTR, is_sparse_block, tape_of
+from thinkrl.models.lean_moe import TAPE_ATTR as _ATTR, is_sparse_block, tape_of, taped_choice
 
 ROUTE_DTYPE = torch.int16
 
@@ -42,6 +42,18 @@ def sparse_layers(model: torch.nn.Module) -> list[tuple[int, torch.nn.Module]]:
     inner = getattr(model, "model", None)
     layers = getattr(inner, "layers", None) or []
     return [(i, layer.mlp) for i, layer in enumerate(layers) if is_sparse_block(getattr(layer, "mlp", None))]
+
+
+def tape_busy(model: torch.nn.Module) -> bool:
+    """Whether a tape on `model`'s routers replays, records or collects now:
+    its pass must then see the tokens in the padded forward's order (row by
+    row), which the shared-prompt pass does not keep."""
+    blocks = sparse_layers(model)
+    tapped = tape_of(blocks[0][1].gate) if blocks else None
+    if tapped is None:
+        return False
+    tape = tapped[0]
+    return tape.replay is not None or tape.record or tape.collect_aux
 
 
 def router_aux_coef(model: torch.nn.Module) -> float:
@@ -166,16 +178,16 @@ def recording(tape: RouteTape | None) -> Iterator[RouteTape | None]:
 
 
 def _router_hook(gate: torch.nn.Module, inputs, output):
-    """transformers' router returns (logits, weights, experts): the experts
-    the tape chooses, their weights from the same logits (as `lean_moe.route`)."""
+    """transformers' router returns (logits, weights, experts): the experts the
+    tape chooses and their weights, as the lean forward takes them
+    (`lean_moe.taped_choice`); its own output while the tape does nothing."""
+    tape, _ = tape_of(gate)
+    if tape.replay is None and not tape.record and not tape.collect_aux:
+        return output
     logits, _, native = output
-    tape, layer = tape_of(gate)
     probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
-    chosen = tape.choose(layer, probs, native)
-    top = probs.gather(-1, chosen)
-    if gate.norm_topk_prob:
-        top = top / top.sum(dim=-1, keepdim=True)
-    return logits, top.to(logits.dtype), chosen
+    top, chosen = taped_choice(gate, probs, native, norm_topk_prob=gate.norm_topk_prob, dtype=logits.dtype)
+    return logits, top, chosen
 
 
 def set_replay(tape: RouteTape | None, routes: Tensor | None) -> None:

@@ -51,18 +51,14 @@ def _scored(handle: TeacherRole, teachers: tuple[Teacher, ...], rollouts: Rollou
     response_length = rollouts.response_ids.shape[1]
     out = torch.zeros(rollouts.response_ids.shape, dtype=torch.float32)
     for name, rows in teacher_rows(teachers, [s.data_source for s in rollouts.samples]).items():
-        if len(rows) == len(rollouts):  # one teacher for every row
-            out = handle.compute_teacher_log_prob(name, *sequences, response_length=response_length,
-                                                  **image_inputs(rollouts)).float()
-            continue
         if not rows:
             continue
-        index = torch.tensor(rows)
-        images = image_inputs(rollouts)
-        if images:
-            images = {"model_inputs": images["model_inputs"].select(index)}
-        out[index] = handle.compute_teacher_log_prob(name, *(t[index] for t in sequences),
-                                                     response_length=response_length, **images).float()
+        index, picked, images = torch.tensor(rows), sequences, image_inputs(rollouts)
+        if len(rows) < len(rollouts):  # this teacher's rows only (one teacher takes them all as they are)
+            picked = tuple(t[index] for t in sequences)
+            images = {"model_inputs": images["model_inputs"].select(index)} if images else {}
+        out[index] = handle.compute_teacher_log_prob(name, *picked, response_length=response_length,
+                                                     **images).float()
     return out
 
 

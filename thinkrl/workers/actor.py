@@ -164,9 +164,8 @@ class ActorWorker:
     def _micro_batch_loss(self, micro: TrainBatch, scale: LossScale) -> tuple[Tensor, dict]:
         cfg, dev = self.cfg, self.device
         mask = micro.response_mask.to(dev)
-        routes = micro.routed_experts  # router replay: the padded forward, replaying them
-        set_replay(self.route_tape, routes)  # until the next micro-batch: the backward may recompute
-        aux = self.router_aux_coef > 0  # the padded forward too: its tokens line up with the mask
+        set_replay(self.route_tape, micro.routed_experts)  # until the next micro-batch: the backward may recompute
+        aux = self.router_aux_coef > 0  # the routers' own choices, token by token as the mask has them
         if aux:
             self.route_tape.collect_aux = True
         with self.autocast():
@@ -175,7 +174,7 @@ class ActorWorker:
                 micro.position_ids.to(dev), response_length=micro.response_length,
                 temperature=self.temperature, with_entropy=True,
                 entropy_grad=cfg.entropy_coeff != 0 and self._task_loss_kept, model_inputs=micro.model_inputs,
-                remove_padding=self.remove_padding and routes is None and not aux, fused_head=self.fused_head)
+                remove_padding=self.remove_padding, fused_head=self.fused_head)
         aux_loss = self._router_aux_loss(micro, mask, scale) if aux else None
         # Exactly on-policy (one pass, one mini-batch): pi_old is this very
         # forward, so the ratio is 1 and only its gradient matters.

@@ -128,30 +128,24 @@ class PolicyRank:
             lora=self.lora, base_model=spec.model_path,
             distill=DistillSettings.of(cfg.distillation.distillation_loss) if spec.teachers else None,
             route_tape=self.route_tape, router_aux_coef=aux_coef)
-        self.reference = None
-        if spec.with_reference:
-            # LoRA: the actor's module with its adapter off is the base, exactly: no second copy.
-            ref_model = model if self.lora is not None else self._load(
+        def frozen(path: str | None = None, adapter_off=None) -> ReferenceWorker:
+            """A frozen model scored like the reference (its micro-batch, dynamic
+            batch and offload keys): the reference itself, or a teacher at `path`.
+            With `adapter_off` (LoRA) it is the actor's module, the adapter switched off."""
+            held = model if adapter_off is not None else self._load(
                 gradient_checkpointing=False, dtype=dtype, param_offload=offload[1],
-                weights_dtype=frozen_weights_dtype(self.device, dtype))
-            self.reference = ReferenceWorker(
-                ref_model, adapter_off=self.lora.disabled if self.lora is not None else None,
-                micro_batch_size=sizes.ref_log_prob_micro_batch_size_per_device,
+                weights_dtype=frozen_weights_dtype(self.device, dtype), path=path)
+            return ReferenceWorker(
+                held, adapter_off=adapter_off, micro_batch_size=sizes.ref_log_prob_micro_batch_size_per_device,
                 temperature=rollout.temperature, autocast=self.autocast, device=self.device,
-                remove_padding=arr.model.use_remove_padding,
-                fused_head=arr.model.use_fused_kernels,
-                max_tokens=(arr.ref.log_prob_max_token_len_per_gpu
-                            if arr.ref.log_prob_use_dynamic_bsz else None))
-        # distillation.enabled: each teacher is a frozen model scored like the
-        # reference (its micro-batch, dynamic batch and offload keys), not a copy of its code.
-        self.teachers = {teacher.name: ReferenceWorker(
-            self._load(gradient_checkpointing=False, dtype=dtype, param_offload=offload[1],
-                       weights_dtype=frozen_weights_dtype(self.device, dtype), path=teacher.model_path),
-            micro_batch_size=sizes.ref_log_prob_micro_batch_size_per_device,
-            temperature=rollout.temperature, autocast=self.autocast, device=self.device,
-            remove_padding=arr.model.use_remove_padding, fused_head=arr.model.use_fused_kernels,
-            max_tokens=(arr.ref.log_prob_max_token_len_per_gpu if arr.ref.log_prob_use_dynamic_bsz else None))
-            for teacher in spec.teachers}
+                remove_padding=arr.model.use_remove_padding, fused_head=arr.model.use_fused_kernels,
+                max_tokens=(arr.ref.log_prob_max_token_len_per_gpu if arr.ref.log_prob_use_dynamic_bsz else None))
+
+        # LoRA: the actor's module with its adapter off is the base, exactly: no second copy.
+        self.reference = (frozen(adapter_off=self.lora.disabled if self.lora is not None else None)
+                          if spec.with_reference else None)
+        # distillation.enabled: each teacher is a frozen model of its own path
+        self.teachers = {teacher.name: frozen(teacher.model_path) for teacher in spec.teachers}
         # PPO with a critic (algorithm.adv_estimator=gae): the value model, else None.
         self.critic = (build_critic(spec, device=self.device, autocast=self.autocast,
                                     compute_dtype=dtype, param_offload=offload[2])
